@@ -270,7 +270,6 @@ public:
     nanoseconds random_stagger(nanoseconds bound);
 
 private:
-    struct watcher;
     struct tombstone {
         std::uint64_t index = 0;
     };
@@ -285,12 +284,21 @@ private:
 
     // KV primitives shared by the endpoints, txn and invalidation.
     // Returns true when the store changed.
-    bool kv_store(kv_entry entry, bool update_session, bool keep_lock_index, std::uint64_t idx);
+    bool kv_store(kv_entry entry, bool update_session, std::uint64_t idx);
     bool kv_remove(std::string_view key, std::uint64_t idx);
+    // The KV verbs without lock-delay checks or index commits; `changed` is
+    // set when the store changed. Shared by the endpoints and txn.
+    bool cas_store(std::string_view key, std::optional<std::string> value, std::uint64_t flags, std::uint64_t cas,
+                   std::uint64_t idx, bool& changed);
+    result<bool> lock_key(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
+                          std::string_view session, std::uint64_t idx, bool& changed);
+    result<bool> unlock_key(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
+                            std::string_view session, std::uint64_t idx, bool& changed);
     void notify_key(std::string_view key);
     void notify_table(watch_target::kind k);
 
     struct txn_undo;
+    txn_undo* undo_ = nullptr;  // set while a txn runs
 
     agent_config config_;
     std::mt19937_64 rng_;
@@ -304,6 +312,7 @@ private:
     std::map<std::string, kv_entry, std::less<>> kvs_;
     std::map<std::string, tombstone, std::less<>> tombstones_;
     std::map<std::string, time_point, std::less<>> lock_delays_;
+    std::multimap<time_point, std::string> delay_timers_;  // forget lock-delays once they end
     std::map<std::string, session_entry, std::less<>> sessions_;
     std::unordered_map<std::string, std::set<std::string>> keys_by_session_;  // held keys
     // Session TTL timers: (deadline, id), and id -> deadline for resets.
