@@ -1,0 +1,933 @@
+// Consul's HTTP API over the agent state machine. Status codes and text
+// bodies follow Consul's agent/*_endpoint.go (see
+// reference/consul-semantics.md): 400 for decode and parameter errors, 404 for
+// renew of an unknown session and for KV misses, 405 with Allow, 413 for
+// oversize values, 500 for state errors.
+#include <tenure/detail/agent/http_api.hpp>
+#include <tenure/detail/duration.hpp>
+
+#include <boost/beast/core/detail/base64.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <initializer_list>
+
+namespace tenure::detail::agent {
+
+namespace json = boost::json;
+namespace base64 = boost::beast::detail::base64;
+
+namespace {
+
+constexpr std::string_view text_plain = "text/plain; charset=utf-8";
+constexpr std::string_view app_json = "application/json";
+constexpr std::string_view consul_version = "1.22.0";
+constexpr std::size_t max_txn_ops = 64;
+
+// ---- small helpers ----------------------------------------------------------
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+    std::uint64_t v = 0;
+    if (s.empty()) return std::nullopt;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+// Go's strconv error text, which Consul passes through as a 500 body.
+std::string strconv_error(std::string_view s) {
+    bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return "strconv.ParseUint: parsing \"" + std::string(s) + "\": " + (digits ? "value out of range" : "invalid syntax");
+}
+
+std::string b64_encode(std::string_view in) {
+    std::string out(base64::encoded_size(in.size()), '\0');
+    out.resize(base64::encode(out.data(), in.data(), in.size()));
+    return out;
+}
+
+std::optional<std::string> b64_decode(std::string_view in) {
+    if (in.size() % 4 != 0) return std::nullopt;
+    std::string out(base64::decoded_size(in.size()), '\0');
+    auto [written, read] = base64::decode(out.data(), in.data(), in.size());
+    if (read != in.size()) return std::nullopt;
+    out.resize(written);
+    return out;
+}
+
+response make_response(http::status status, std::string body, std::string_view content_type) {
+    response res{status, 11};
+    if (!content_type.empty()) res.set(http::field::content_type, content_type);
+    res.body() = std::move(body);
+    return res;
+}
+
+response text(http::status status, std::string body) { return make_response(status, std::move(body), text_plain); }
+
+response json_response(json::value const& v) { return make_response(http::status::ok, json::serialize(v), app_json); }
+
+// Consul's query meta headers: on every GET, including 404s.
+void set_meta(response& res, std::uint64_t index) {
+    res.set("X-Consul-Index", std::to_string(std::max<std::uint64_t>(index, 1)));
+    res.set("X-Consul-KnownLeader", "true");
+    res.set("X-Consul-LastContact", "0");
+}
+
+// Finds a member by case-insensitive name, as Go's encoding/json does.
+json::value const* member(json::object const& o, std::string_view name) {
+    if (auto const* v = o.if_contains(name)) return v;
+    for (auto const& kv : o)
+        if (iequals(kv.key(), name)) return &kv.value();
+    return nullptr;
+}
+
+struct decode_error {
+    std::string message;
+};
+
+std::string json_kind(json::value const& v) {
+    switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "bool";
+    case json::kind::int64:
+    case json::kind::uint64:
+    case json::kind::double_: return "number";
+    case json::kind::string: return "string";
+    case json::kind::array: return "array";
+    case json::kind::object: return "object";
+    }
+    return "value";
+}
+
+[[noreturn]] void type_error(json::value const& v, std::string_view field, std::string_view want) {
+    throw decode_error{"json: cannot unmarshal " + json_kind(v) + " into Go struct field ." + std::string(field) +
+                       " of type " + std::string(want)};
+}
+
+// Reads an optional string member (null = absent).
+std::optional<std::string> get_string(json::object const& o, std::string_view name) {
+    auto const* v = member(o, name);
+    if (!v || v->is_null()) return std::nullopt;
+    if (!v->is_string()) type_error(*v, name, "string");
+    return std::string(v->as_string());
+}
+
+std::optional<std::vector<std::string>> get_string_array(json::object const& o, std::string_view name) {
+    auto const* v = member(o, name);
+    if (!v) return std::nullopt;
+    std::vector<std::string> out;
+    if (v->is_null()) return out;  // null decodes to a nil slice
+    if (!v->is_array()) type_error(*v, name, "[]string");
+    for (auto const& e : v->as_array()) {
+        if (!e.is_string()) type_error(e, name, "string");
+        out.emplace_back(e.as_string());
+    }
+    return out;
+}
+
+std::optional<std::uint64_t> get_u64(json::object const& o, std::string_view name) {
+    auto const* v = member(o, name);
+    if (!v || v->is_null()) return std::nullopt;
+    if (v->is_uint64()) return v->as_uint64();
+    if (v->is_int64() && v->as_int64() >= 0) return static_cast<std::uint64_t>(v->as_int64());
+    type_error(*v, name, "uint64");
+}
+
+json::object const& as_object(json::value const& v, std::string_view what) {
+    if (!v.is_object()) throw decode_error{"json: cannot unmarshal " + json_kind(v) + " into Go value of type " + std::string(what)};
+    return v.as_object();
+}
+
+json::value parse_json(std::string_view body) {
+    boost::system::error_code ec;
+    json::value v = json::parse(body, ec);
+    if (ec) throw decode_error{ec.message()};
+    return v;
+}
+
+// ---- JSON renderings ------------------------------------------------------------
+
+json::object render_kv(kv_entry const& e) {
+    json::object o;
+    o["LockIndex"] = e.lock_index;
+    o["Key"] = e.key;
+    o["Flags"] = e.flags;  // uint64: 16210313421097356768 must survive
+    if (e.value) o["Value"] = b64_encode(*e.value);
+    else o["Value"] = nullptr;
+    if (!e.session.empty()) o["Session"] = e.session;
+    o["CreateIndex"] = e.create_index;
+    o["ModifyIndex"] = e.modify_index;
+    return o;
+}
+
+json::object render_session(session_entry const& s) {
+    json::object o;
+    o["ID"] = s.id;
+    o["Name"] = s.name;
+    o["Node"] = s.node;
+    o["LockDelay"] = s.lock_delay_ns;  // integer nanoseconds: Go decodes a time.Duration
+    o["Behavior"] = s.behavior == session_behavior::release ? "release" : "delete";
+    o["TTL"] = s.ttl;
+    json::array nc;
+    for (auto const& c : s.node_checks) nc.emplace_back(c);
+    o["NodeChecks"] = std::move(nc);
+    if (s.service_checks.empty()) {
+        o["ServiceChecks"] = nullptr;
+    } else {
+        json::array sc;
+        for (auto const& c : s.service_checks) sc.emplace_back(json::object{{"ID", c.id}, {"Namespace", c.ns}});
+        o["ServiceChecks"] = std::move(sc);
+    }
+    if (!s.checks.empty()) {
+        json::array c;
+        for (auto const& id : s.checks) c.emplace_back(id);
+        o["Checks"] = std::move(c);
+    }
+    o["CreateIndex"] = s.create_index;
+    o["ModifyIndex"] = s.modify_index;
+    return o;
+}
+
+json::object render_check(health_check const& c) {
+    json::object o;
+    o["Node"] = c.node;
+    o["CheckID"] = c.check_id;
+    o["Name"] = c.name;
+    o["Status"] = c.status;
+    o["Notes"] = c.notes;
+    o["Output"] = c.output;
+    o["ServiceID"] = c.service_id;
+    o["ServiceName"] = c.service_name;
+    o["ServiceTags"] = json::array{};
+    o["Type"] = c.type;
+    o["Interval"] = "";
+    o["Timeout"] = c.ttl.count() > 0 ? format_go_duration(c.ttl) : "";
+    o["ExposedPort"] = 0;
+    o["Definition"] = json::object{};
+    o["CreateIndex"] = c.create_index;
+    o["ModifyIndex"] = c.modify_index;
+    return o;
+}
+
+json::object render_node(node_entry const& n) {
+    json::object tagged, meta;
+    for (auto const& [k, v] : n.tagged_addresses) tagged[k] = v;
+    for (auto const& [k, v] : n.meta) meta[k] = v;
+    json::object o;
+    o["ID"] = n.id;
+    o["Node"] = n.node;
+    o["Address"] = n.address;
+    o["Datacenter"] = n.datacenter;
+    o["TaggedAddresses"] = std::move(tagged);
+    o["Meta"] = std::move(meta);
+    o["CreateIndex"] = n.create_index;
+    o["ModifyIndex"] = n.modify_index;
+    return o;
+}
+
+// ---- request context -------------------------------------------------------------
+
+struct query {
+    boost::urls::url_view url;
+    std::string path;
+
+    bool has(std::string_view name) const { return url.params().contains(name); }
+    std::string get(std::string_view name) const {
+        auto it = url.params().find(name);
+        if (it == url.params().end()) return {};
+        return std::string((*it).value);
+    }
+    // Go's url.Values.Encode(): sorted by key, each value query-escaped.
+    std::string encoded() const {
+        std::vector<std::pair<std::string, std::string>> kv;
+        for (auto p : url.params()) kv.emplace_back(std::string(p.key), p.has_value ? std::string(p.value) : "");
+        std::stable_sort(kv.begin(), kv.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
+        std::string out;
+        for (auto const& [k, v] : kv) {
+            if (!out.empty()) out += '&';
+            out += boost::urls::encode(k, boost::urls::unreserved_chars);
+            out += '=';
+            out += boost::urls::encode(v, boost::urls::unreserved_chars);
+        }
+        return out;
+    }
+};
+
+// Blocking-query parameters shared by every GET that blocks.
+struct block_params {
+    std::uint64_t index = 0;
+    nanoseconds wait{0};
+};
+
+}  // namespace
+
+// ---- header check ---------------------------------------------------------------
+
+std::optional<response> http_api::check_header(http::request_header<> const& header) const {
+    auto const cl = header.find(http::field::content_length);
+    if (cl == header.end()) return std::nullopt;
+    auto len = parse_u64(cl->value());
+    if (!len) return text(http::status::bad_request, "Invalid Content-Length");
+    std::size_t const max_value = sm_.config().kv_max_value_size;
+    std::string_view target = header.target();
+    if (target.starts_with("/v1/kv/") && header.method() == http::verb::put && *len > max_value) {
+        return text(http::status::payload_too_large,
+                    "Request body(" + std::to_string(*len) + " bytes) too large, max size: " +
+                        std::to_string(max_value) +
+                        " bytes. See "
+                        "https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size.");
+    }
+    if (*len > max_body_size() || (target.starts_with("/v1/txn") && *len > max_value)) {
+        return text(http::status::payload_too_large,
+                    "Request body too large, max size: " + std::to_string(max_value) + " bytes");
+    }
+    return std::nullopt;
+}
+
+// ---- the handler ------------------------------------------------------------------
+
+namespace {
+
+class handler {
+public:
+    handler(state_machine& sm, request const& req, time_point now, blocking_state& bs)
+        : sm_(sm), req_(req), now_(now), bs_(bs) {}
+
+    api_outcome run();
+
+private:
+    using methods = std::initializer_list<http::verb>;
+
+    // Returns a 405 (or OPTIONS answer) unless the method is allowed.
+    std::optional<response> check_method(methods allowed) const {
+        bool ok = std::find(allowed.begin(), allowed.end(), req_.method()) != allowed.end();
+        if (ok) return std::nullopt;
+        std::string allow = "OPTIONS";
+        for (auto m : allowed) {
+            allow += ',';
+            allow += std::string(http::to_string(m));
+        }
+        if (req_.method() == http::verb::options) {
+            response res = make_response(http::status::ok, "", "");
+            res.set(http::field::allow, allow);
+            return res;
+        }
+        response res = text(http::status::method_not_allowed,
+                            "method " + std::string(req_.method_string()) + " not allowed");
+        res.set(http::field::allow, allow);
+        return res;
+    }
+
+    // Parses ?index= and ?wait= (400 on bad values) and checks consistency flags.
+    std::optional<response> parse_block(block_params& out) const {
+        if (q_.has("stale") && q_.has("consistent"))
+            return text(http::status::bad_request, "Cannot specify ?stale with ?consistent, conflicting semantics.");
+        if (q_.has("wait")) {
+            auto d = parse_go_duration(q_.get("wait"));
+            if (!d.value) return text(http::status::bad_request, "Invalid wait time");
+            out.wait = *d.value;
+        }
+        if (q_.has("index")) {
+            auto v = parse_u64(q_.get("index"));
+            if (!v) return text(http::status::bad_request, "Invalid index");
+            out.index = *v;
+        }
+        return std::nullopt;
+    }
+
+    // Consul's blocking loop (blockingquery.Query): answer at once for index 0,
+    // when the index passed the client's, or at the deadline; else park.
+    api_outcome block_or_answer(block_params const& bp, std::uint64_t index, bool not_found,
+                                std::vector<watch_target> targets, response res) {
+        set_meta(res, index);
+        if (bp.index == 0) return {std::move(res), std::nullopt};
+        if (!bs_.deadline) {
+            nanoseconds wait = bp.wait;
+            if (wait.count() <= 0) wait = default_query_time;
+            if (wait > max_query_time) wait = max_query_time;
+            bs_.deadline = now_ + wait + sm_.random_stagger(wait / 16);
+            bs_.min_index = bp.index;
+        }
+        // A missing key seen twice raises the floor, so writes to other keys
+        // (which move the table index) do not keep waking it.
+        if (not_found) {
+            if (bs_.not_found_seen > 0) bs_.min_index = std::max(bs_.min_index, index);
+            ++bs_.not_found_seen;
+        }
+        if (index > bs_.min_index || now_ >= *bs_.deadline) return {std::move(res), std::nullopt};
+        return {std::nullopt, wait_request{std::move(targets), *bs_.deadline}};
+    }
+
+    std::optional<response> check_enterprise_and_dc() const {
+        if (!q_.get("ns").empty() || !std::string_view(req_["X-Consul-Namespace"]).empty())
+            return text(http::status::bad_request,
+                        "Invalid query parameter: \"ns\" - Namespaces are a Consul Enterprise feature");
+        if (!q_.get("partition").empty() || !std::string_view(req_["X-Consul-Partition"]).empty())
+            return text(http::status::bad_request,
+                        "Invalid query parameter: \"partition\" - Partitions are a Consul Enterprise feature");
+        std::string dc = q_.get("dc");
+        if (!dc.empty() && dc != sm_.config().datacenter) return text(http::status::internal_server_error, "No path to datacenter");
+        return std::nullopt;
+    }
+
+    api_outcome kv();
+    api_outcome kv_get(std::string const& key);
+    api_outcome kv_put(std::string const& key);
+    api_outcome kv_delete(std::string const& key);
+    api_outcome txn();
+    api_outcome session(std::string_view rest);
+    api_outcome agent(std::string_view rest);
+    api_outcome catalog(std::string_view rest);
+    api_outcome health(std::string_view rest);
+    api_outcome status(std::string_view rest);
+
+    static api_outcome done(response r) { return {std::move(r), std::nullopt}; }
+
+    state_machine& sm_;
+    request const& req_;
+    time_point now_;
+    blocking_state& bs_;
+    query q_;
+};
+
+api_outcome handler::run() {
+    auto parsed = boost::urls::parse_origin_form(req_.target());
+    if (!parsed) return done(text(http::status::bad_request, "Invalid request target"));
+    q_.url = *parsed;
+    q_.path = std::string(q_.url.path());
+    if (auto bad = check_enterprise_and_dc()) return done(std::move(*bad));
+
+    std::string_view p = q_.path;
+    auto strip = [&](std::string_view prefix) {
+        if (!p.starts_with(prefix)) return false;
+        p.remove_prefix(prefix.size());
+        return true;
+    };
+    if (strip("/v1/kv/")) return kv();
+    if (p == "/v1/kv") return kv();
+    if (p == "/v1/txn") return txn();
+    if (strip("/v1/session/")) return session(p);
+    if (strip("/v1/agent/")) return agent(p);
+    if (strip("/v1/catalog/")) return catalog(p);
+    if (strip("/v1/health/")) return health(p);
+    if (strip("/v1/status/")) return status(p);
+    return done(text(http::status::not_found, "404 page not found\n"));
+}
+
+// ---- KV -----------------------------------------------------------------------------
+
+api_outcome handler::kv() {
+    if (auto r = check_method({http::verb::get, http::verb::put, http::verb::delete_})) return done(std::move(*r));
+    std::string key = q_.path.size() > 7 ? q_.path.substr(7) : std::string{};
+    switch (req_.method()) {
+    case http::verb::get: return kv_get(key);
+    case http::verb::put: return kv_put(key);
+    default: return kv_delete(key);
+    }
+}
+
+api_outcome handler::kv_get(std::string const& key) {
+    block_params bp;
+    if (auto bad = parse_block(bp)) return done(std::move(*bad));
+
+    if (q_.has("keys")) {
+        std::string sep = q_.has("separator") ? q_.get("separator") : q_.get("seperator");
+        auto keys = sm_.kv_keys(key, sep);
+        std::uint64_t index = sm_.kv_prefix_index(key);
+        bool missing = keys.empty() && !key.empty();
+        response res = missing ? make_response(http::status::not_found, "", "") : [&] {
+            json::array a;
+            for (auto& k : keys) a.emplace_back(k);
+            return json_response(a);
+        }();
+        return block_or_answer(bp, index, missing, {{watch_target::kind::prefix, key}}, std::move(res));
+    }
+    if (q_.has("recurse")) {
+        auto entries = sm_.kv_list(key);
+        std::uint64_t index = sm_.kv_prefix_index(key);
+        response res = entries.empty() ? make_response(http::status::not_found, "", "") : [&] {
+            json::array a;
+            for (auto const* e : entries) a.emplace_back(render_kv(*e));
+            return json_response(a);
+        }();
+        return block_or_answer(bp, index, entries.empty(), {{watch_target::kind::prefix, key}}, std::move(res));
+    }
+    if (key.empty()) return done(text(http::status::bad_request, "Missing key name"));
+
+    auto const* e = sm_.kv_get(key);
+    std::uint64_t index = sm_.kv_key_index(key);
+    response res;
+    if (!e) {
+        res = make_response(http::status::not_found, "", "");
+    } else if (q_.has("raw")) {
+        res = make_response(http::status::ok, e->value.value_or(""), "text/plain");
+        res.set("X-Content-Type-Options", "nosniff");
+        res.set("Content-Security-Policy", "sandbox");
+    } else {
+        res = json_response(json::array{render_kv(*e)});
+    }
+    return block_or_answer(bp, index, e == nullptr, {{watch_target::kind::key, key}}, std::move(res));
+}
+
+api_outcome handler::kv_put(std::string const& key) {
+    if (key.empty()) return done(text(http::status::bad_request, "Missing key name"));
+    int modes = q_.has("cas") + q_.has("acquire") + q_.has("release");
+    if (modes > 1) return done(text(http::status::bad_request, "Conflicting flags: " + q_.encoded() + "\n"));
+
+    std::uint64_t flags = 0;
+    if (q_.has("flags")) {
+        auto v = parse_u64(q_.get("flags"));
+        if (!v) return done(text(http::status::internal_server_error, strconv_error(q_.get("flags"))));
+        flags = *v;
+    }
+    std::optional<std::uint64_t> cas;
+    if (q_.has("cas")) {
+        cas = parse_u64(q_.get("cas"));
+        if (!cas) return done(text(http::status::internal_server_error, strconv_error(q_.get("cas"))));
+    }
+    std::size_t const max_value = sm_.config().kv_max_value_size;
+    if (req_.body().size() > max_value) {
+        return done(text(http::status::payload_too_large,
+                         "Request body(" + std::to_string(req_.body().size()) + " bytes) too large, max size: " +
+                             std::to_string(max_value) +
+                             " bytes. See "
+                             "https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size."));
+    }
+    std::optional<std::string> value;
+    if (!req_.body().empty()) value = req_.body();
+
+    auto boolean = [](bool b) { return done(make_response(http::status::ok, b ? "true" : "false", app_json)); };
+    auto state_result = [&](result<bool> r) {
+        if (auto const* err = std::get_if<state_error>(&r))
+            return done(text(http::status::internal_server_error, "raft apply failed: " + err->message));
+        return boolean(std::get<bool>(r));
+    };
+    if (cas) return boolean(sm_.kv_cas(key, std::move(value), flags, *cas));
+    if (q_.has("acquire")) return state_result(sm_.kv_acquire(key, std::move(value), flags, q_.get("acquire"), now_));
+    if (q_.has("release")) return state_result(sm_.kv_release(key, std::move(value), flags, q_.get("release")));
+    sm_.kv_set(key, std::move(value), flags);
+    return boolean(true);
+}
+
+api_outcome handler::kv_delete(std::string const& key) {
+    if (q_.has("recurse") && q_.has("cas"))
+        return done(text(http::status::bad_request, "Conflicting flags: " + q_.encoded() + "\n"));
+    auto boolean = [](bool b) { return done(make_response(http::status::ok, b ? "true" : "false", app_json)); };
+    if (q_.has("recurse")) {
+        sm_.kv_delete_tree(key);
+        return boolean(true);
+    }
+    if (key.empty()) return done(text(http::status::bad_request, "Missing key name"));
+    if (q_.has("cas")) {
+        auto cas = parse_u64(q_.get("cas"));
+        if (!cas) return done(text(http::status::internal_server_error, strconv_error(q_.get("cas"))));
+        return boolean(sm_.kv_delete_cas(key, *cas));
+    }
+    sm_.kv_delete(key);
+    return boolean(true);
+}
+
+// ---- txn ----------------------------------------------------------------------------
+
+api_outcome handler::txn() {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    std::size_t const max_value = sm_.config().kv_max_value_size;
+    if (req_.body().size() > max_value)
+        return done(text(http::status::payload_too_large,
+                         "Request body too large, max size: " + std::to_string(max_value) + " bytes"));
+
+    std::vector<txn_kv_op> ops;
+    try {
+        json::value v = parse_json(req_.body());
+        if (!v.is_array()) throw decode_error{"json: cannot unmarshal " + json_kind(v) + " into Go value of type api.TxnOps"};
+        auto const& arr = v.as_array();
+        if (arr.size() > max_txn_ops)
+            return done(text(http::status::payload_too_large, "Transaction contains too many operations (" +
+                                                                  std::to_string(arr.size()) + " > " +
+                                                                  std::to_string(max_txn_ops) + ")"));
+        for (auto const& item : arr) {
+            auto const& o = as_object(item, "api.TxnOp");
+            auto const* kvv = member(o, "KV");
+            if (!kvv || kvv->is_null())
+                throw decode_error{"tenure agent supports only KV operations in transactions"};
+            auto const& kv = as_object(*kvv, "api.KVTxnOp");
+            txn_kv_op op;
+            op.verb = get_string(kv, "Verb").value_or("");
+            op.key = get_string(kv, "Key").value_or("");
+            if (auto s = get_string(kv, "Value")) {
+                auto decoded = b64_decode(*s);
+                if (!decoded) throw decode_error{"failed to decode value: illegal base64 data"};
+                if (decoded->size() > max_value)
+                    return done(text(http::status::payload_too_large,
+                                     "Value for key \"" + op.key + "\" is too large (" +
+                                         std::to_string(decoded->size()) + " > " + std::to_string(max_value) +
+                                         " bytes)"));
+                op.value = std::move(*decoded);
+            }
+            op.flags = get_u64(kv, "Flags").value_or(0);
+            op.index = get_u64(kv, "Index").value_or(0);
+            op.session = get_string(kv, "Session").value_or("");
+            ops.push_back(std::move(op));
+        }
+    } catch (decode_error const& e) {
+        return done(text(http::status::bad_request, "Failed to parse body: " + e.message));
+    }
+
+    bool writes = std::any_of(ops.begin(), ops.end(), [](auto const& op) {
+        return !(op.verb == "get" || op.verb == "get-tree" || op.verb == "get-or-empty" ||
+                 op.verb.starts_with("check-"));
+    });
+    txn_outcome out = sm_.txn(ops, now_);
+    json::object body;
+    http::status st = http::status::ok;
+    if (out.errors.empty()) {
+        json::array results;
+        for (auto const& e : out.results) results.emplace_back(json::object{{"KV", render_kv(e)}});
+        body["Results"] = std::move(results);
+        body["Errors"] = nullptr;
+    } else {
+        json::array errors;
+        for (auto const& e : out.errors) errors.emplace_back(json::object{{"OpIndex", e.op_index}, {"What", e.what}});
+        body["Results"] = nullptr;
+        body["Errors"] = std::move(errors);
+        st = http::status::conflict;
+    }
+    response res = make_response(st, json::serialize(body), app_json);
+    if (!writes) {
+        res.set("X-Consul-KnownLeader", "true");
+        res.set("X-Consul-LastContact", "0");
+    }
+    return done(std::move(res));
+}
+
+// ---- sessions -----------------------------------------------------------------------
+
+api_outcome handler::session(std::string_view rest) {
+    auto split = [&](std::string_view name) -> std::optional<std::string> {
+        if (rest == name) return std::string{};
+        if (rest.starts_with(name) && rest.size() > name.size() && rest[name.size()] == '/')
+            return std::string(rest.substr(name.size() + 1));
+        return std::nullopt;
+    };
+
+    if (rest == "create") {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        session_create_request sr;
+        if (!req_.body().empty()) {
+            try {
+                json::value v = parse_json(req_.body());
+                auto const& o = as_object(v, "structs.Session");
+                sr.name = get_string(o, "Name");
+                sr.node = get_string(o, "Node");
+                sr.behavior = get_string(o, "Behavior");
+                sr.ttl = get_string(o, "TTL");
+                sr.checks = get_string_array(o, "Checks");
+                sr.node_checks = get_string_array(o, "NodeChecks");
+                if (auto const* sc = member(o, "ServiceChecks"); sc && !sc->is_null()) {
+                    if (!sc->is_array()) type_error(*sc, "ServiceChecks", "[]structs.ServiceCheck");
+                    std::vector<service_check_ref> refs;
+                    for (auto const& e : sc->as_array()) {
+                        auto const& so = as_object(e, "structs.ServiceCheck");
+                        refs.push_back({get_string(so, "ID").value_or(""), get_string(so, "Namespace").value_or("")});
+                    }
+                    sr.service_checks = std::move(refs);
+                }
+                // LockDelay: a duration string or a number of nanoseconds; below
+                // 1000 it means seconds (structs.go lockDelayMinThreshold).
+                if (auto const* ld = member(o, "LockDelay"); ld && !ld->is_null()) {
+                    std::int64_t ns = 0;
+                    if (ld->is_string()) {
+                        auto d = parse_go_duration(ld->as_string());
+                        if (!d.value) throw decode_error{d.error};
+                        ns = d.value->count();
+                    } else if (ld->is_number()) {
+                        ns = static_cast<std::int64_t>(ld->to_number<double>());
+                    } else {
+                        type_error(*ld, "LockDelay", "time.Duration");
+                    }
+                    if (ns < 1000) ns *= 1'000'000'000;
+                    sr.lock_delay_ns = ns;
+                }
+            } catch (decode_error const& e) {
+                return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+            } catch (std::exception const& e) {
+                return done(text(http::status::bad_request, std::string("Request decode failed: ") + e.what()));
+            }
+        }
+        auto r = sm_.session_create(sr, now_);
+        if (auto const* err = std::get_if<state_error>(&r))
+            return done(text(http::status::internal_server_error, err->message));
+        return done(json_response(json::object{{"ID", std::get<std::string>(r)}}));
+    }
+    if (auto id = split("destroy")) {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        if (id->empty()) return done(text(http::status::bad_request, "Missing session"));
+        sm_.session_destroy(*id, now_);
+        return done(make_response(http::status::ok, "true", app_json));
+    }
+    if (auto id = split("renew")) {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        if (id->empty()) return done(text(http::status::bad_request, "Missing session"));
+        auto s = sm_.session_renew(*id, now_);
+        if (!s) return done(text(http::status::not_found, "Session id '" + *id + "' not found"));
+        return done(json_response(json::array{render_session(*s)}));
+    }
+
+    block_params bp;
+    auto list_response = [&](std::vector<session_entry const*> const& list) {
+        json::array a;
+        for (auto const* s : list) a.emplace_back(render_session(*s));
+        return block_or_answer(bp, sm_.sessions_index(), false, {{watch_target::kind::sessions, {}}}, json_response(a));
+    };
+    if (auto id = split("info")) {
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        if (id->empty()) return done(text(http::status::bad_request, "Missing session"));
+        if (auto bad = parse_block(bp)) return done(std::move(*bad));
+        std::vector<session_entry const*> list;
+        if (auto const* s = sm_.session_get(*id)) list.push_back(s);
+        return list_response(list);
+    }
+    if (rest == "list") {
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        if (auto bad = parse_block(bp)) return done(std::move(*bad));
+        return list_response(sm_.session_list());
+    }
+    if (auto node = split("node")) {
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        if (node->empty()) return done(text(http::status::bad_request, "Missing node name"));
+        if (auto bad = parse_block(bp)) return done(std::move(*bad));
+        return list_response(sm_.session_list_node(*node));
+    }
+    return done(text(http::status::not_found, "404 page not found\n"));
+}
+
+// ---- agent ----------------------------------------------------------------------------
+
+api_outcome handler::agent(std::string_view rest) {
+    auto const& cfg = sm_.config();
+    if (rest == "self") {
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        auto const* self = sm_.node_get(cfg.node_name);
+        json::object config{{"Datacenter", cfg.datacenter},
+                            {"PrimaryDatacenter", cfg.datacenter},
+                            {"NodeName", cfg.node_name},
+                            {"NodeID", self ? self->id : std::string{}},
+                            {"Server", true},
+                            {"Revision", "tenure"},
+                            {"Version", consul_version}};
+        json::object member_obj{{"Name", cfg.node_name},
+                                {"Addr", cfg.address},
+                                {"Port", 8301},
+                                {"Tags", json::object{{"dc", cfg.datacenter}, {"role", "consul"}}},
+                                {"Status", 1}};
+        return done(json_response(json::object{{"Config", std::move(config)},
+                                               {"Member", std::move(member_obj)},
+                                               {"Meta", json::object{}},
+                                               {"Stats", json::object{}}}));
+    }
+    if (rest == "checks") {
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        json::object o;
+        for (auto const* c : sm_.agent_checks()) o[c->check_id] = render_check(*c);
+        return done(json_response(o));
+    }
+    if (rest == "check/register") {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        health_check c;
+        try {
+            json::value v = parse_json(req_.body().empty() ? std::string_view("{}") : std::string_view(req_.body()));
+            auto const& o = as_object(v, "structs.CheckDefinition");
+            c.name = get_string(o, "Name").value_or("");
+            c.check_id = get_string(o, "CheckID").value_or(get_string(o, "ID").value_or(""));
+            c.notes = get_string(o, "Notes").value_or("");
+            c.status = get_string(o, "Status").value_or("");
+            c.service_id = get_string(o, "ServiceID").value_or("");
+            if (auto ttl = get_string(o, "TTL")) {
+                auto d = parse_go_duration(*ttl);
+                if (!d.value) throw decode_error{d.error};
+                c.ttl = *d.value;
+            }
+        } catch (decode_error const& e) {
+            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+        }
+        if (c.name.empty()) return done(text(http::status::bad_request, "Missing check name"));
+        if (!c.status.empty() && c.status != check_passing && c.status != check_warning && c.status != check_critical)
+            return done(text(http::status::bad_request, "Bad check status"));
+        if (!c.service_id.empty())
+            return done(text(http::status::bad_request, "ServiceID \"" + c.service_id + "\" does not exist"));
+        if (c.ttl.count() <= 0)
+            return done(text(http::status::bad_request,
+                             "Must provide a TTL: the tenure agent runs TTL checks only"));
+        c.type = "ttl";
+        sm_.agent_check_register(std::move(c), now_);
+        return done(make_response(http::status::ok, "", ""));
+    }
+    auto unknown_check = [](std::string const& id) {
+        return done(text(http::status::not_found,
+                         "Unknown check ID \"" + id + "\". Ensure that the check ID is passed, not the check name."));
+    };
+    for (auto [verb, status] : {std::pair{std::string_view("check/pass/"), check_passing},
+                                std::pair{std::string_view("check/warn/"), check_warning},
+                                std::pair{std::string_view("check/fail/"), check_critical}}) {
+        if (!rest.starts_with(verb)) continue;
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        std::string id(rest.substr(verb.size()));
+        if (!sm_.agent_check_update(id, status, q_.get("note"), now_)) return unknown_check(id);
+        return done(make_response(http::status::ok, "", ""));
+    }
+    if (rest.starts_with("check/update/")) {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        std::string id(rest.substr(13));
+        std::string status, output;
+        try {
+            json::value v = parse_json(req_.body());
+            auto const& o = as_object(v, "agent.checkUpdate");
+            status = get_string(o, "Status").value_or("");
+            output = get_string(o, "Output").value_or("");
+        } catch (decode_error const& e) {
+            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+        }
+        if (status != check_passing && status != check_warning && status != check_critical)
+            return done(text(http::status::bad_request, "Invalid check status: '" + status + "'"));
+        if (!sm_.agent_check_update(id, status, std::move(output), now_)) return unknown_check(id);
+        return done(make_response(http::status::ok, "", ""));
+    }
+    if (rest.starts_with("check/deregister/")) {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        std::string id(rest.substr(17));
+        if (!sm_.agent_check_deregister(id, now_)) return unknown_check(id);
+        return done(make_response(http::status::ok, "", ""));
+    }
+    return done(text(http::status::not_found, "404 page not found\n"));
+}
+
+// ---- catalog, health, status --------------------------------------------------------------
+
+namespace {
+health_check decode_check(json::object const& o) {
+    health_check c;
+    c.node = get_string(o, "Node").value_or("");
+    c.check_id = get_string(o, "CheckID").value_or("");
+    c.name = get_string(o, "Name").value_or("");
+    c.status = get_string(o, "Status").value_or("");
+    c.notes = get_string(o, "Notes").value_or("");
+    c.output = get_string(o, "Output").value_or("");
+    c.service_id = get_string(o, "ServiceID").value_or("");
+    c.service_name = get_string(o, "ServiceName").value_or("");
+    return c;
+}
+
+std::map<std::string, std::string> decode_string_map(json::object const& o, std::string_view name) {
+    std::map<std::string, std::string> out;
+    auto const* v = member(o, name);
+    if (!v || v->is_null()) return out;
+    if (!v->is_object()) type_error(*v, name, "map[string]string");
+    for (auto const& kv : v->as_object()) {
+        if (!kv.value().is_string()) type_error(kv.value(), name, "string");
+        out.emplace(std::string(kv.key()), std::string(kv.value().as_string()));
+    }
+    return out;
+}
+}  // namespace
+
+api_outcome handler::catalog(std::string_view rest) {
+    if (rest == "register" || rest == "deregister") {
+        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+        node_entry node;
+        std::vector<health_check> checks;
+        std::optional<std::string> check_id;
+        try {
+            json::value v = parse_json(req_.body());
+            auto const& o = as_object(v, "structs.RegisterRequest");
+            node.node = get_string(o, "Node").value_or("");
+            node.id = get_string(o, "ID").value_or("");
+            node.address = get_string(o, "Address").value_or("");
+            node.datacenter = get_string(o, "Datacenter").value_or("");
+            node.tagged_addresses = decode_string_map(o, "TaggedAddresses");
+            node.meta = decode_string_map(o, "NodeMeta");
+            check_id = get_string(o, "CheckID");
+            if (auto const* c = member(o, "Check"); c && !c->is_null())
+                checks.push_back(decode_check(as_object(*c, "structs.HealthCheck")));
+            if (auto const* cs = member(o, "Checks"); cs && !cs->is_null()) {
+                if (!cs->is_array()) type_error(*cs, "Checks", "structs.HealthChecks");
+                for (auto const& c : cs->as_array()) checks.push_back(decode_check(as_object(c, "structs.HealthCheck")));
+            }
+        } catch (decode_error const& e) {
+            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+        }
+        if (node.node.empty()) return done(text(http::status::bad_request, "Must provide node"));
+        if (!node.datacenter.empty() && node.datacenter != sm_.config().datacenter)
+            return done(text(http::status::internal_server_error, "No path to datacenter"));
+        if (rest == "deregister") {
+            if (check_id && check_id->empty()) check_id.reset();
+            sm_.catalog_deregister(node.node, check_id, now_);
+            return done(make_response(http::status::ok, "true", app_json));
+        }
+        if (node.address.empty()) return done(text(http::status::bad_request, "Must provide address"));
+        for (auto const& c : checks) {
+            if (!c.status.empty() && c.status != check_passing && c.status != check_warning &&
+                c.status != check_critical && c.status != check_maintenance)
+                return done(text(http::status::bad_request, "Invalid check status: '" + c.status + "'"));
+            if (!c.node.empty() && c.node != node.node)
+                return done(text(http::status::internal_server_error,
+                                 "Node '" + c.node + "' for check '" + c.check_id +
+                                     "' does not match node of registration"));
+        }
+        node.datacenter = sm_.config().datacenter;
+        sm_.catalog_register(std::move(node), std::move(checks), now_);
+        return done(make_response(http::status::ok, "true", app_json));
+    }
+    if (rest == "nodes") {
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        block_params bp;
+        if (auto bad = parse_block(bp)) return done(std::move(*bad));
+        json::array a;
+        for (auto const* n : sm_.node_list()) a.emplace_back(render_node(*n));
+        return block_or_answer(bp, sm_.nodes_index(), false, {{watch_target::kind::nodes, {}}}, json_response(a));
+    }
+    return done(text(http::status::not_found, "404 page not found\n"));
+}
+
+api_outcome handler::health(std::string_view rest) {
+    if (!rest.starts_with("node/")) return done(text(http::status::not_found, "404 page not found\n"));
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    std::string node(rest.substr(5));
+    if (node.empty()) return done(text(http::status::bad_request, "Missing node name"));
+    block_params bp;
+    if (auto bad = parse_block(bp)) return done(std::move(*bad));
+    json::array a;
+    for (auto const* c : sm_.node_checks(node)) a.emplace_back(render_check(*c));
+    return block_or_answer(bp, sm_.checks_index(), false, {{watch_target::kind::checks, {}}}, json_response(a));
+}
+
+api_outcome handler::status(std::string_view rest) {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    std::string self = sm_.config().address + ":8300";
+    if (rest == "leader") return done(json_response(json::value(self)));
+    if (rest == "peers") return done(json_response(json::array{json::value(self)}));
+    return done(text(http::status::not_found, "404 page not found\n"));
+}
+
+}  // namespace
+
+api_outcome http_api::handle(request const& req, time_point now, blocking_state& bs) {
+    try {
+        return handler(sm_, req, now, bs).run();
+    } catch (std::exception const& e) {
+        // Defensive: a decoding corner not caught above must not take the agent down.
+        return {text(http::status::bad_request, std::string("Bad request: ") + e.what()), std::nullopt};
+    }
+}
+
+}  // namespace tenure::detail::agent
