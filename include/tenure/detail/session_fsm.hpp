@@ -1,0 +1,145 @@
+// The session's liveness rules, socket-free (time is passed in).
+//
+// Renew every TTL/2. After a failed renewal retry at least every second (and
+// at least four times per TTL) until a full TTL has passed since the send time
+// of the last acknowledged renewal: that instant is the local deadline. The
+// server invalidates no earlier than its receive time of that renewal + 2xTTL,
+// so a holder that stops at the local deadline stops at least one TTL before
+// anyone else can be handed the key.
+#pragma once
+
+#include <tenure/error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+namespace tenure::detail {
+
+enum class session_state { healthy, jeopardy, lost };
+
+class session_fsm {
+public:
+    using clock = std::chrono::steady_clock;
+    using time_point = clock::time_point;
+    using duration = std::chrono::nanoseconds;
+
+    // `acked_sent_at`: send time of the create request, the first acknowledgement.
+    session_fsm(duration ttl, time_point acked_sent_at) : ttl_(ttl), last_ack_sent_(acked_sent_at) {
+        next_renew_ = acked_sent_at + ttl_ / 2;
+    }
+
+    duration ttl() const noexcept { return ttl_; }
+    bool has_ttl() const noexcept { return ttl_.count() > 0; }
+    session_state state() const noexcept { return state_; }
+    error lost_reason() const noexcept { return reason_; }
+
+    // When the holder must consider itself expired (time_point::max() without a TTL).
+    time_point local_deadline() const noexcept {
+        return has_ttl() ? last_ack_sent_ + ttl_ : time_point::max();
+    }
+    time_point next_renew() const noexcept { return has_ttl() ? next_renew_ : time_point::max(); }
+    // The instant the driver must wake: the next renewal or the deadline.
+    time_point next_wakeup() const noexcept { return std::min(next_renew(), local_deadline()); }
+    time_point last_ack_sent() const noexcept { return last_ack_sent_; }
+
+    // Interval between retries while in jeopardy.
+    duration retry_interval() const noexcept {
+        return std::min<duration>(std::chrono::seconds{1}, std::max<duration>(ttl_ / 4, std::chrono::milliseconds{1}));
+    }
+
+    void renew_succeeded(time_point sent_at, time_point now) {
+        if (state_ == session_state::lost) return;
+        // A late answer must never move the deadline backwards.
+        last_ack_sent_ = std::max(last_ack_sent_, sent_at);
+        state_ = session_state::healthy;
+        next_renew_ = std::max(now, last_ack_sent_ + ttl_ / 2);
+        if (now >= local_deadline()) lose(error::lease_expired_locally);
+    }
+
+    void renew_failed(time_point now) {
+        if (state_ == session_state::lost) return;
+        if (now >= local_deadline()) {
+            lose(error::lease_expired_locally);
+            return;
+        }
+        state_ = session_state::jeopardy;
+        next_renew_ = std::min(now + retry_interval(), local_deadline());
+    }
+
+    // The server answered 404: the session is gone.
+    void invalidated() { lose(error::session_invalidated); }
+
+    // Checks the local deadline; true when this call made the session lost.
+    bool check_deadline(time_point now) {
+        if (state_ == session_state::lost || !has_ttl() || now < local_deadline()) return false;
+        lose(error::lease_expired_locally);
+        return true;
+    }
+
+    void lose(error why) {
+        if (state_ == session_state::lost) return;
+        state_ = session_state::lost;
+        reason_ = why;
+    }
+
+private:
+    duration ttl_;
+    time_point last_ack_sent_;
+    time_point next_renew_;
+    session_state state_ = session_state::healthy;
+    error reason_ = error::leadership_lost;
+};
+
+// When a candidate should retry an acquire that was refused on a free key
+// (lock-delay). The delay was started by the server when the previous holder
+// was invalidated, which is no later than when we saw the key become free, so
+// retrying at seen_free + holder's LockDelay is never early by more than the
+// notification latency; after that a short exponential backoff covers clock
+// and estimate error without falling back to Consul's fixed 5 s poll.
+class acquire_backoff {
+public:
+    using clock = std::chrono::steady_clock;
+    using time_point = clock::time_point;
+    using duration = std::chrono::nanoseconds;
+
+    explicit acquire_backoff(duration min_backoff = std::chrono::milliseconds{2},
+                             duration max_backoff = std::chrono::milliseconds{250})
+        : min_(min_backoff), max_(max_backoff) {}
+
+    // The key was seen going from held to free at `now`; `lock_delay` is the
+    // previous holder's LockDelay (clamped to 60 s as the server does).
+    void freed(time_point now, duration lock_delay) {
+        lock_delay = std::clamp<duration>(lock_delay, duration{0}, std::chrono::seconds{60});
+        expected_end_ = now + lock_delay;
+        attempts_ = 0;
+    }
+
+    // Someone holds the key again: forget the estimate.
+    void held() {
+        expected_end_.reset();
+        attempts_ = 0;
+    }
+
+    // An acquire on a free key answered false at `now`: when to try again.
+    time_point refused(time_point now, duration fallback_delay) {
+        if (!expected_end_) expected_end_ = now + std::clamp<duration>(fallback_delay, duration{0}, std::chrono::seconds{60});
+        if (now < *expected_end_) {
+            attempts_ = 0;
+            return *expected_end_;
+        }
+        duration wait = min_;
+        for (int i = 0; i < attempts_ && wait < max_; ++i) wait *= 2;
+        ++attempts_;
+        return now + std::min(wait, max_);
+    }
+
+    std::optional<time_point> expected_end() const noexcept { return expected_end_; }
+
+private:
+    duration min_, max_;
+    std::optional<time_point> expected_end_;
+    int attempts_ = 0;
+};
+
+}  // namespace tenure::detail

@@ -1,0 +1,114 @@
+// tenure::leadership_scope — proof of holding a lock key, RAII.
+//
+// While the scope holds the key, a monitor (a consistent blocking query on the
+// key) and the session's local deadline watch for loss. Loss cancels the work
+// started with run() through Asio per-operation cancellation (terminal) and
+// records why: released_by_other, key_deleted, session_invalidated or
+// lease_expired_locally. Transient errors (a 500, a dropped connection) are
+// retried within the lease and are not a loss.
+//
+// The key is released when the scope is destroyed (in the background) or by
+// release(). run() returns only after the work has finished, so a scope that
+// leaves its block releases the key after its work.
+#pragma once
+
+#include <tenure/detail/async_bridge.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tenure {
+
+namespace detail {
+struct scope_state;
+struct scope_access;
+}
+
+// The fencing token of a lock: the key's LockIndex, which only grows while the
+// key exists. A protected resource rejects writes stamped with an older one.
+struct fencing_token {
+    std::string key;
+    std::uint64_t value = 0;
+    friend bool operator==(fencing_token const&, fencing_token const&) = default;
+};
+
+class leadership_scope {
+public:
+    leadership_scope() = default;
+    leadership_scope(leadership_scope&&) noexcept = default;
+    leadership_scope& operator=(leadership_scope&&) noexcept;
+    ~leadership_scope();
+
+    // True while the key is held: acquired, not released, not lost.
+    bool held() const noexcept;
+    explicit operator bool() const noexcept { return held(); }
+    bool lost() const noexcept;
+    // Why leadership ended (empty while held or after a clean release).
+    boost::system::error_code loss_reason() const noexcept;
+
+    // The LockIndex at acquisition: the fencing token.
+    std::uint64_t token() const noexcept;
+    fencing_token fencing() const;
+    std::string const& key() const noexcept;
+    std::string const& session_id() const noexcept;
+    std::string const& value() const noexcept;
+
+    // Runs `work` while leading. Completes with true when the work finished
+    // while leading, or with false when leadership was lost (or released),
+    // after the work has been cancelled and has finished; loss_reason() then
+    // says why. A boost::system::system_error thrown by the work completes the
+    // operation with its error_code (any other exception: unexpected_response).
+    // Completion signature: void(error_code, bool).
+    // Cancellation: terminal (forwarded to the work).
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto run(boost::asio::awaitable<void> work, CompletionToken&& token = {}) {
+        return detail::async_run(get_executor(), run_impl(state_, std::move(work)),
+                                 std::forward<CompletionToken>(token));
+    }
+
+    // Completes when leadership is lost, with the reason; with
+    // error::not_held right away if the scope does not hold the key.
+    // Completion signature: void(error_code). Cancellation: all types.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto wait_lost(CompletionToken&& token = {}) {
+        return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token));
+    }
+
+    // Releases the key (?release=, no lock-delay for the next holder).
+    // Completion signature: void(error_code). Cancellation: terminal; the key
+    // may stay held until the session ends.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto release(CompletionToken&& token = {}) {
+        return detail::async_run(get_executor(), release_impl(state_), std::forward<CompletionToken>(token));
+    }
+
+    // Re-checks with a consistent read that this session still holds the key
+    // (for jobs that verify leadership before each side effect). A false
+    // answer also marks the scope lost.
+    // Completion signature: void(error_code, bool). Cancellation: all types.
+    template <class CompletionToken = boost::asio::deferred_t>
+    auto confirm(CompletionToken&& token = {}) {
+        return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token));
+    }
+
+    boost::asio::any_io_executor get_executor() const;
+
+private:
+    friend struct detail::scope_access;
+    explicit leadership_scope(std::shared_ptr<detail::scope_state> s) : state_(std::move(s)) {}
+
+    static boost::asio::awaitable<bool> run_impl(std::shared_ptr<detail::scope_state> s,
+                                                                      boost::asio::awaitable<void> work);
+    static boost::asio::awaitable<void> wait_lost_impl(std::shared_ptr<detail::scope_state> s);
+    static boost::asio::awaitable<void> release_impl(std::shared_ptr<detail::scope_state> s);
+    static boost::asio::awaitable<bool> confirm_impl(std::shared_ptr<detail::scope_state> s);
+
+    std::shared_ptr<detail::scope_state> state_;
+};
+
+}  // namespace tenure
