@@ -59,9 +59,12 @@ std::string b64_encode(std::string_view in) {
 
 std::optional<std::string> b64_decode(std::string_view in) {
     if (in.size() % 4 != 0) return std::nullopt;
+    // Beast's decoder stops at the '=' padding and does not count it.
+    std::size_t padding = 0;
+    while (padding < 2 && padding < in.size() && in[in.size() - 1 - padding] == '=') ++padding;
     std::string out(base64::decoded_size(in.size()), '\0');
-    auto [written, read] = base64::decode(out.data(), in.data(), in.size());
-    if (read != in.size()) return std::nullopt;
+    auto [written, read] = base64::decode(out.data(), in.data(), in.size() - padding);
+    if (read != in.size() - padding) return std::nullopt;
     out.resize(written);
     return out;
 }

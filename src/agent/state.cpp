@@ -134,7 +134,32 @@ state_machine::watch_registration state_machine::watch(std::vector<watch_target>
 
 std::size_t state_machine::watcher_count() const noexcept { return hub_->watchers.size(); }
 
+// ---------------------------------------------------------------------------
+// Transactions: an undo log of every key touched, restored on failure.
+
+struct state_machine::txn_undo {
+    struct saved {
+        std::optional<kv_entry> entry;
+        std::optional<tombstone> grave;
+    };
+    std::map<std::string, saved, std::less<>> keys;
+    std::vector<std::string> touched;  // keys to notify on commit
+    std::uint64_t kvs_index, tombstones_index;
+
+    void remember(state_machine const& sm, std::string_view key) {
+        if (keys.count(key)) return;
+        saved s;
+        if (auto it = sm.kvs_.find(key); it != sm.kvs_.end()) s.entry = it->second;
+        if (auto it = sm.tombstones_.find(key); it != sm.tombstones_.end()) s.grave = it->second;
+        keys.emplace(std::string(key), std::move(s));
+    }
+};
+
 void state_machine::notify_key(std::string_view key) {
+    if (undo_) {  // inside a txn: wake watchers only once it commits
+        undo_->touched.emplace_back(key);
+        return;
+    }
     if (auto it = hub_->by_key.find(std::string(key)); it != hub_->by_key.end()) hub_->fire_list(&it->second);
     if (hub_->by_prefix.empty()) return;
     for (std::size_t len = 0; len <= key.size(); ++len) {
@@ -147,26 +172,6 @@ void state_machine::notify_table(watch_target::kind k) {
     watch_target t{k, {}};
     hub_->fire_list(hub_->list_for(t, false));
 }
-
-// ---------------------------------------------------------------------------
-// Transactions: an undo log of every key touched, restored on failure.
-
-struct state_machine::txn_undo {
-    struct saved {
-        std::optional<kv_entry> entry;
-        std::optional<tombstone> grave;
-    };
-    std::map<std::string, saved, std::less<>> keys;
-    std::uint64_t kvs_index, tombstones_index;
-
-    void remember(state_machine const& sm, std::string_view key) {
-        if (keys.count(key)) return;
-        saved s;
-        if (auto it = sm.kvs_.find(key); it != sm.kvs_.end()) s.entry = it->second;
-        if (auto it = sm.tombstones_.find(key); it != sm.tombstones_.end()) s.grave = it->second;
-        keys.emplace(std::string(key), std::move(s));
-    }
-};
 
 // ---------------------------------------------------------------------------
 
@@ -719,6 +724,7 @@ txn_outcome state_machine::txn(std::vector<txn_kv_op> const& ops, time_point now
         index_ = idx;
         out.index = idx;
     }
+    for (auto const& key : undo.touched) notify_key(key);
     return out;
 }
 
