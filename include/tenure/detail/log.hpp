@@ -1,0 +1,117 @@
+// A tiny line logger shared by the embedded agent and the `tenure` tool.
+//
+// Lines look like Consul's (hclog) output:
+//   2026-11-29T21:40:00.123Z [INFO] agent: message
+// One write (and one flush) per line, so lines from one thread never tear.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace tenure {
+
+enum class log_level { trace, debug, info, warn, error, off };
+
+constexpr std::string_view to_string(log_level l) noexcept {
+    switch (l) {
+    case log_level::trace: return "trace";
+    case log_level::debug: return "debug";
+    case log_level::info: return "info";
+    case log_level::warn: return "warn";
+    case log_level::error: return "error";
+    case log_level::off: return "off";
+    }
+    return "unknown";
+}
+
+// "trace", "debug", "info", "warn" (or "warning"), "error", "off"; case-insensitive.
+constexpr std::optional<log_level> parse_log_level(std::string_view s) noexcept {
+    auto eq = [s](std::string_view name) {
+        if (s.size() != name.size()) return false;
+        for (std::size_t i = 0; i < s.size(); ++i) {
+            char c = s[i];
+            if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+            if (c != name[i]) return false;
+        }
+        return true;
+    };
+    if (eq("trace")) return log_level::trace;
+    if (eq("debug")) return log_level::debug;
+    if (eq("info")) return log_level::info;
+    if (eq("warn") || eq("warning")) return log_level::warn;
+    if (eq("error") || eq("err")) return log_level::error;
+    if (eq("off")) return log_level::off;
+    return std::nullopt;
+}
+
+namespace detail {
+
+class logger {
+public:
+    logger() = default;
+    logger(log_level level, std::ostream* os) noexcept : level_(level), os_(os) {}
+
+    log_level level() const noexcept { return level_; }
+    bool enabled(log_level l) const noexcept {
+        return os_ != nullptr && l != log_level::off && level_ != log_level::off && l >= level_;
+    }
+
+    // Writes one line if `l` is enabled. `name` is the subsystem ("agent", "agent.http").
+    void write(log_level l, std::string_view name, std::string_view message) const {
+        if (!enabled(l)) return;
+        std::string line = timestamp();
+        line += ' ';
+        line += tag(l);
+        line += ' ';
+        line += name;
+        line += ": ";
+        line += message;
+        line += '\n';
+        os_->write(line.data(), static_cast<std::streamsize>(line.size()));
+        os_->flush();
+    }
+
+    void trace(std::string_view name, std::string_view m) const { write(log_level::trace, name, m); }
+    void debug(std::string_view name, std::string_view m) const { write(log_level::debug, name, m); }
+    void info(std::string_view name, std::string_view m) const { write(log_level::info, name, m); }
+    void warn(std::string_view name, std::string_view m) const { write(log_level::warn, name, m); }
+    void error(std::string_view name, std::string_view m) const { write(log_level::error, name, m); }
+
+private:
+    static std::string_view tag(log_level l) noexcept {
+        switch (l) {
+        case log_level::trace: return "[TRACE]";
+        case log_level::debug: return "[DEBUG]";
+        case log_level::info: return "[INFO]";
+        case log_level::warn: return "[WARN]";
+        case log_level::error: return "[ERROR]";
+        case log_level::off: break;
+        }
+        return "[?]";
+    }
+
+    // UTC, millisecond precision: 2026-11-29T21:40:00.123Z
+    static std::string timestamp() {
+        using namespace std::chrono;
+        auto const now = system_clock::now();
+        auto const ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
+        std::time_t const t = system_clock::to_time_t(now);
+        std::tm tm{};
+        gmtime_r(&t, &tm);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms < 0 ? ms + 1000 : ms));
+        return buf;
+    }
+
+    log_level level_ = log_level::info;
+    std::ostream* os_ = nullptr;
+};
+
+}  // namespace detail
+}  // namespace tenure

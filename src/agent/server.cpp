@@ -1,0 +1,714 @@
+// The embedded agent's I/O shell: a Beast HTTP/1.1 server on C++20 coroutines
+// around the socket-free state machine and HTTP API.
+//
+// Everything runs on the one executor handed to the agent. Coroutines:
+//   accept_loop  - accepts, enforces max_connections, spawns serve()
+//   tick_loop    - one steady_timer armed at state_machine::next_deadline()
+//   serve        - one per connection: header, check_header, body, handle,
+//                  park blocking queries, write, keep-alive
+// The connection objects are owned by their serve() frames and listed in the
+// agent so that stop() can close them.
+#include <tenure/agent.hpp>
+#include <tenure/detail/agent/http_api.hpp>
+#include <tenure/detail/agent/state.hpp>
+#include <tenure/detail/log.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <limits>
+#include <list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace tenure {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ag = detail::agent;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Waiting for (and reading) a request header, including keep-alive idle time.
+constexpr auto idle_timeout = 5min;
+constexpr auto body_timeout = 60s;
+constexpr auto write_timeout = 60s;
+// After refusing a request whose body was not read: how long, and how much,
+// to drain before closing, so the peer reads our response instead of a reset.
+constexpr auto linger_timeout = 1s;
+constexpr std::size_t linger_max_bytes = 1 << 20;
+constexpr auto accept_retry_delay = 50ms;
+constexpr auto warn_interval = 1s;
+
+constexpr auto awaitable_tuple = asio::as_tuple(asio::use_awaitable);
+
+std::string endpoint_string(tcp::endpoint const& ep) {
+    auto const a = ep.address();
+    std::string s = a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
+    s += ':';
+    s += std::to_string(ep.port());
+    return s;
+}
+
+// boost::system::system_error whose what() is just the message ("cannot
+// listen on 127.0.0.1:8500: Address already in use"), without the
+// "[system:98 at file:line]" suffix of error_code::what().
+class agent_error : public boost::system::system_error {
+public:
+    agent_error(boost::system::error_code const& ec, std::string const& message)
+        : system_error(boost::system::error_code(ec.value(), ec.category()), message),
+          message_(message + ": " + ec.message()) {}
+    agent_error(boost::system::error_code const& ec, std::string const& message, std::string_view why)
+        : system_error(boost::system::error_code(ec.value(), ec.category()), message),
+          message_(message + " (" + std::string(why) + ")") {}
+    char const* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+};
+
+[[noreturn]] void throw_bad_address(std::string const& text, std::string_view why) {
+    throw agent_error(asio::error::invalid_argument, "invalid HTTP address \"" + text + "\"", why);
+}
+
+// "host:port", "[v6]:port", ":port"; an optional http:// prefix and trailing '/' are ignored.
+tcp::endpoint parse_http_addr(std::string const& text) {
+    std::string_view s = text;
+    if (s.substr(0, 7) == "http://") s.remove_prefix(7);
+    while (!s.empty() && s.back() == '/') s.remove_suffix(1);
+
+    std::string_view host, port;
+    if (!s.empty() && s.front() == '[') {
+        auto const close = s.find(']');
+        if (close == s.npos) throw_bad_address(text, "missing ']'");
+        host = s.substr(1, close - 1);
+        auto const rest = s.substr(close + 1);
+        if (rest.size() < 2 || rest.front() != ':') throw_bad_address(text, "expected [host]:port");
+        port = rest.substr(1);
+    } else {
+        auto const colon = s.rfind(':');
+        if (colon == s.npos) throw_bad_address(text, "expected host:port, e.g. 127.0.0.1:8500");
+        host = s.substr(0, colon);
+        port = s.substr(colon + 1);
+        if (host.find(':') != host.npos) throw_bad_address(text, "write IPv6 addresses as [addr]:port");
+    }
+
+    unsigned p = 0;
+    auto const [end, perr] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (port.empty() || perr != std::errc{} || end != port.data() + port.size() || p > 65535)
+        throw_bad_address(text, "port must be a number from 0 to 65535");
+
+    asio::ip::address addr;
+    if (host.empty()) {
+        addr = asio::ip::address_v4::any();
+    } else if (host == "localhost") {
+        addr = asio::ip::address_v4::loopback();
+    } else {
+        boost::system::error_code ec;
+        addr = asio::ip::make_address(std::string(host), ec);
+        if (ec) throw_bad_address(text, "host must be an IP address or localhost");
+    }
+    return {addr, static_cast<unsigned short>(p)};
+}
+
+ag::agent_config make_config(agent_options const& o) {
+    ag::agent_config c;
+    c.node_name = o.node_name;
+    c.datacenter = o.datacenter;
+    c.session_ttl_min = o.session_ttl_min;
+    return c;
+}
+
+ag::response text_response(http::status st, std::string body) {
+    ag::response r{st, 11};
+    r.set(http::field::content_type, "text/plain; charset=utf-8");
+    r.body() = std::move(body);
+    return r;
+}
+
+// The status to answer a failed read with, or nullopt to close silently
+// (peer went away, timeout, I/O error).
+std::optional<http::status> client_error_status(beast::error_code const& ec) {
+    if (ec.category() != http::make_error_code(http::error::bad_target).category()) return std::nullopt;
+    switch (static_cast<http::error>(ec.value())) {
+    case http::error::end_of_stream:
+    case http::error::partial_message:
+    case http::error::need_more:
+    case http::error::need_buffer:
+    case http::error::stale_parser:
+        return std::nullopt;
+    case http::error::header_limit:
+    case http::error::buffer_overflow:
+        return http::status::request_header_fields_too_large;
+    case http::error::body_limit:
+        return http::status::payload_too_large;
+    default:
+        return http::status::bad_request;
+    }
+}
+
+// RFC 9110 section 10.1.1: a 100 (Continue) is never sent to an HTTP/1.0 client.
+bool expects_continue(http::request_header<> const& h) {
+    if (h.version() < 11) return false;
+    auto const it = h.find(http::field::expect);
+    return it != h.end() && beast::iequals(it->value(), "100-continue");
+}
+
+// IMF-fixdate (RFC 9110 section 5.6.7), the Date header Go's net/http adds:
+// "Sun, 29 Nov 2026 21:40:00 GMT". Locale-independent.
+std::string http_date(std::time_t t) {
+    static constexpr char const* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static constexpr char const* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                             "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday % 7], tm.tm_mday,
+                  months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    return buf;
+}
+
+enum class peer_state { quiet, data, gone };
+
+// After the socket reported readable while a request is parked: did the peer
+// close (EOF, reset) or send the next request early? The socket is in
+// non-blocking mode, so this never blocks.
+peer_state peek_peer(tcp::socket& s) {
+    char byte = 0;
+    boost::system::error_code ec;
+    std::size_t const n = s.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted)
+        return peer_state::quiet;
+    if (ec || n == 0) return peer_state::gone;
+    return peer_state::data;
+}
+
+bool transient_accept_error(boost::system::error_code const& ec) {
+    return ec == asio::error::connection_aborted || ec == asio::error::interrupted ||
+           ec == asio::error::try_again || ec == asio::error::would_block ||
+           ec == asio::error::connection_reset;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+struct agent::impl : std::enable_shared_from_this<impl> {
+    struct connection;
+
+    impl(asio::any_io_executor e, agent_options o);
+
+    void start();
+    void stop();
+    void timers_changed();
+
+    static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self);
+    static asio::awaitable<void> tick_loop(std::shared_ptr<impl> self);
+    static asio::awaitable<void> serve(std::unique_ptr<connection> cp);
+
+    // Writes `res` (the header only for HEAD). The caller set keep-alive and the payload.
+    asio::awaitable<beast::error_code> write(connection& c, ag::response& res, bool head_only);
+    // Answers an unreadable request and closes (after draining what the peer still sends).
+    asio::awaitable<void> reject(connection& c, http::status st, std::string detail);
+    asio::awaitable<void> linger_close(connection& c);
+    // Parks a blocking query. false: the peer went away or the agent stopped.
+    asio::awaitable<bool> park(connection& c, beast::flat_buffer const& buf, ag::wait_request w);
+    ag::api_outcome handle(ag::request const& req, ag::blocking_state& bs);
+    void log_request(connection const& c, std::string_view method, std::string_view target, unsigned status,
+                     ag::time_point start) const;
+    void warn_rejected(tcp::endpoint const& peer);
+    // The Date header value, formatted at most once a second.
+    std::string const& date();
+
+    auto completion(char const* what) {
+        return [log = log, what](std::exception_ptr e) {
+            if (!e) return;
+            try {
+                std::rethrow_exception(e);
+            } catch (std::exception const& x) {
+                log.error("agent", std::string(what) + " failed: " + x.what());
+            } catch (...) {
+                log.error("agent", std::string(what) + " failed: unknown exception");
+            }
+        };
+    }
+
+    asio::any_io_executor ex;
+    agent_options opts;
+    detail::logger log;
+    ag::state_machine sm;
+    ag::http_api api;
+    tcp::acceptor acceptor;
+    tcp::endpoint local;
+    asio::steady_timer tick;          // the state machine's next deadline
+    asio::steady_timer accept_retry;  // back-off after accept failures
+    std::list<connection*> conns;
+    bool started = false;
+    bool stopping = false;
+    ag::time_point last_reject_warn{};
+    std::uint64_t rejects_suppressed = 0;
+    ag::time_point last_accept_warn{};
+    std::time_t date_time = -1;
+    std::string date_text;
+};
+
+struct agent::impl::connection {
+    connection(std::shared_ptr<impl> o, tcp::socket s)
+        : owner(std::move(o)), stream(std::move(s)), park(stream.get_executor()) {
+        pos = owner->conns.insert(owner->conns.end(), this);
+    }
+    connection(connection const&) = delete;
+    connection& operator=(connection const&) = delete;
+    ~connection() { owner->conns.erase(pos); }  // the stream closes its socket
+
+    // stop(): wake whatever the serve() coroutine is waiting on.
+    void abort() noexcept {
+        park.cancel();
+        stream.close();
+    }
+
+    std::shared_ptr<impl> owner;  // declared first: destroyed last
+    beast::tcp_stream stream;
+    asio::steady_timer park;  // deadline of a parked blocking query
+    tcp::endpoint peer;
+    bool can_peek = false;  // socket is non-blocking: peek_peer() is safe
+    std::list<connection*>::iterator pos;
+};
+
+agent::impl::impl(asio::any_io_executor e, agent_options o)
+    : ex(std::move(e)),
+      opts(std::move(o)),
+      log(opts.level, opts.log_stream),
+      sm(make_config(opts), ag::clock::now()),
+      api(sm),
+      acceptor(ex),
+      tick(ex),
+      accept_retry(ex) {
+    tcp::endpoint const ep = parse_http_addr(opts.http_addr);
+    auto fail = [&](boost::system::error_code const& ec) {
+        throw agent_error(ec, "cannot listen on " + endpoint_string(ep));
+    };
+    boost::system::error_code ec;
+    acceptor.open(ep.protocol(), ec);
+    if (ec) fail(ec);
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);  // TIME_WAIT only; never shares a live port
+    acceptor.bind(ep, ec);
+    if (ec) fail(ec);
+    acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) fail(ec);
+    local = acceptor.local_endpoint(ec);
+    if (ec) fail(ec);
+
+    sm.on_invalidate = [this](ag::session_entry const& s, ag::invalidation_cause cause) {
+        if (!log.enabled(log_level::info)) return;
+        std::string m = "session invalidated: id=" + s.id;
+        if (!s.name.empty()) m += " name=\"" + s.name + "\"";
+        m += " cause=";
+        m += ag::to_string(cause);
+        log.info("agent.session", m);
+    };
+    sm.on_lock_delay_reject = [this](std::string_view key) {
+        if (!log.enabled(log_level::debug)) return;
+        log.debug("agent.kvs", "rejecting lock of key due to lock-delay: key=" + std::string(key));
+    };
+}
+
+void agent::impl::start() {
+    if (started || stopping) return;
+    started = true;
+    asio::co_spawn(ex, tick_loop(shared_from_this()), completion("timer loop"));
+    asio::co_spawn(ex, accept_loop(shared_from_this()), completion("accept loop"));
+    if (log.enabled(log_level::info)) {
+        log.info("agent", "started HTTP server: address=" + endpoint_string(local) + " network=tcp node=" +
+                              opts.node_name + " datacenter=" + opts.datacenter);
+    }
+}
+
+void agent::impl::stop() {
+    if (stopping) return;
+    stopping = true;
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    tick.cancel();
+    accept_retry.cancel();
+    std::size_t const n = conns.size();
+    for (connection* c : conns) c->abort();
+    if (log.enabled(log_level::info))
+        log.info("agent", "stopping HTTP server: address=" + endpoint_string(local) +
+                              " open_connections=" + std::to_string(n));
+}
+
+void agent::impl::timers_changed() {
+    if (!started || stopping) return;
+    auto const d = sm.next_deadline();
+    if (d && *d < tick.expiry()) tick.cancel();  // tick_loop re-arms at the new deadline
+}
+
+asio::awaitable<void> agent::impl::tick_loop(std::shared_ptr<impl> self) {
+    impl& a = *self;
+    // advance(now) fires everything due at or before now; a deadline that is
+    // still not after `floor` would be a state-machine bug: never spin on it.
+    ag::time_point floor = ag::time_point::min();
+    bool warned = false;
+    while (!a.stopping) {
+        ag::time_point d = a.sm.next_deadline().value_or(ag::time_point::max());
+        if (d <= floor) {
+            if (!warned) a.log.warn("agent", "state machine keeps a deadline that advance() did not clear");
+            warned = true;
+            d = floor + 1ms;
+        }
+        a.tick.expires_at(d);
+        co_await a.tick.async_wait(awaitable_tuple);  // expiry, or cancel(): re-arm
+        if (a.stopping) break;
+        auto const now = ag::clock::now();
+        if (d <= now) {
+            try {
+                a.sm.advance(now);
+            } catch (std::exception const& e) {
+                a.log.error("agent", std::string("advance failed: ") + e.what());
+            }
+            floor = now;
+        }
+    }
+}
+
+asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self) {
+    impl& a = *self;
+    while (!a.stopping) {
+        auto [ec, sock] = co_await a.acceptor.async_accept(awaitable_tuple);
+        if (a.stopping) break;
+        if (ec) {
+            if (transient_accept_error(ec)) continue;
+            if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) {
+                a.log.error("agent.http", "listener closed unexpectedly: " + ec.message());
+                break;
+            }
+            // EMFILE, ENFILE, ENOBUFS, ENOMEM...: back off instead of spinning.
+            auto const now = ag::clock::now();
+            if (now - a.last_accept_warn >= warn_interval) {
+                a.last_accept_warn = now;
+                a.log.warn("agent.http", "accept failed: " + ec.message() + "; open_connections=" +
+                                             std::to_string(a.conns.size()) + "; retrying");
+            }
+            a.accept_retry.expires_after(accept_retry_delay);
+            co_await a.accept_retry.async_wait(awaitable_tuple);
+            continue;
+        }
+        if (a.conns.size() >= a.opts.max_connections) {
+            boost::system::error_code ig;
+            auto const peer = sock.remote_endpoint(ig);
+            sock.close(ig);
+            a.warn_rejected(peer);
+            continue;
+        }
+        auto c = std::make_unique<connection>(self, std::move(sock));
+        asio::co_spawn(a.ex, serve(std::move(c)), a.completion("connection"));
+    }
+}
+
+void agent::impl::warn_rejected(tcp::endpoint const& peer) {
+    auto const now = ag::clock::now();
+    if (now - last_reject_warn < warn_interval) {
+        ++rejects_suppressed;
+        return;
+    }
+    last_reject_warn = now;
+    std::string m = "too many connections: open=" + std::to_string(conns.size()) +
+                    " max=" + std::to_string(opts.max_connections) + "; closed new connection from " +
+                    endpoint_string(peer);
+    if (rejects_suppressed) m += " (and " + std::to_string(rejects_suppressed) + " more since the last warning)";
+    rejects_suppressed = 0;
+    log.warn("agent.http", m);
+}
+
+ag::api_outcome agent::impl::handle(ag::request const& req, ag::blocking_state& bs) {
+    ag::api_outcome out;
+    try {
+        out = api.handle(req, ag::clock::now(), bs);
+    } catch (std::exception const& e) {
+        log.error("agent.http", "request failed: method=" + std::string(req.method_string()) +
+                                    " url=" + std::string(req.target()) + " error=" + e.what());
+        out = {};
+        out.res = text_response(http::status::internal_server_error, std::string("internal error: ") + e.what());
+    }
+    if (!out.res && !out.wait) {
+        log.error("agent.http", "no response for " + std::string(req.target()));
+        out.res = text_response(http::status::internal_server_error, "internal error: no response");
+    }
+    timers_changed();
+    return out;
+}
+
+void agent::impl::log_request(connection const& c, std::string_view method, std::string_view target, unsigned status,
+                              ag::time_point start) const {
+    if (!log.enabled(log_level::debug)) return;
+    auto const us = std::chrono::duration_cast<std::chrono::microseconds>(ag::clock::now() - start).count();
+    std::string m = "request: method=";
+    m += method;
+    m += " url=";
+    m += target;
+    m += " status=" + std::to_string(status);
+    m += " from=" + endpoint_string(c.peer);
+    m += " duration_us=" + std::to_string(us);
+    log.debug("agent.http", m);
+}
+
+std::string const& agent::impl::date() {
+    std::time_t const now = std::time(nullptr);
+    if (now != date_time) {
+        date_time = now;
+        date_text = http_date(now);
+    }
+    return date_text;
+}
+
+asio::awaitable<beast::error_code> agent::impl::write(connection& c, ag::response& res, bool head_only) {
+    if (res.find(http::field::date) == res.end()) res.set(http::field::date, date());
+    c.stream.expires_after(write_timeout);
+    http::response_serializer<http::string_body> sr{res};
+    if (head_only) {
+        auto [ec, n] = co_await http::async_write_header(c.stream, sr, awaitable_tuple);
+        co_return ec;
+    }
+    auto [ec, n] = co_await http::async_write(c.stream, sr, awaitable_tuple);
+    co_return ec;
+}
+
+asio::awaitable<void> agent::impl::linger_close(connection& c) {
+    boost::system::error_code ec;
+    c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) co_return;
+    std::array<char, 4096> scratch;
+    std::size_t drained = 0;
+    c.stream.expires_after(linger_timeout);
+    while (drained < linger_max_bytes && !stopping) {
+        auto [rec, n] = co_await c.stream.async_read_some(asio::buffer(scratch), awaitable_tuple);
+        if (rec) break;
+        drained += n;
+    }
+    // ~connection closes the socket.
+}
+
+asio::awaitable<void> agent::impl::reject(connection& c, http::status st, std::string detail) {
+    std::string body = std::to_string(static_cast<unsigned>(st)) + " " + std::string(http::obsolete_reason(st));
+    if (!detail.empty()) body += ": " + detail;
+    body += '\n';
+    if (log.enabled(log_level::debug))
+        log.debug("agent.http", "unreadable request from " + endpoint_string(c.peer) + ": " + body.substr(0, body.size() - 1));
+    auto res = text_response(st, std::move(body));
+    res.keep_alive(false);
+    res.prepare_payload();
+    auto const ec = co_await write(c, res, false);
+    if (!ec && !stopping) co_await linger_close(c);
+}
+
+asio::awaitable<bool> agent::impl::park(connection& c, beast::flat_buffer const& buf, ag::wait_request w) {
+    bool woken = false;
+    // One-shot; fires synchronously inside a state-machine write. It only
+    // flags and cancels the timer; this coroutine resumes later and calls
+    // handle() again. Declared after `woken` so it is dropped before it.
+    auto reg = sm.watch(std::move(w.targets), [&woken, t = &c.park] {
+        woken = true;
+        t->cancel();
+    });
+    c.park.expires_at(w.deadline);
+    // Watch the socket too, so that a client that gives up frees its
+    // connection at once rather than at the deadline. Not when the next
+    // request is already buffered: the socket may then stay quiet.
+    bool watch_peer = c.can_peek && buf.size() == 0;
+    for (;;) {
+        if (stopping) co_return false;
+        if (!watch_peer) {
+            co_await c.park.async_wait(awaitable_tuple);
+            co_return !stopping;
+        }
+        auto [order, tec, sec] = co_await asio::experimental::make_parallel_group(
+                                     c.park.async_wait(asio::deferred),
+                                     c.stream.socket().async_wait(tcp::socket::wait_read, asio::deferred))
+                                     .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+        if (stopping) co_return false;
+        if (order[0] == 0) co_return true;  // woken, deadline reached
+        switch (peek_peer(c.stream.socket())) {
+        case peer_state::gone:
+            co_return false;
+        case peer_state::data:  // pipelined request: keep waiting on the timer only
+            watch_peer = false;
+            break;
+        case peer_state::quiet:
+            break;
+        }
+        if (woken) co_return true;
+        // The timer's expiry is unchanged; if it passed meanwhile the next wait completes at once.
+    }
+}
+
+asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
+    connection& c = *cp;
+    impl& a = *c.owner;
+    if (a.stopping) co_return;
+    {
+        boost::system::error_code ec;
+        auto& s = c.stream.socket();
+        c.peer = s.remote_endpoint(ec);
+        s.set_option(tcp::no_delay(true), ec);
+        s.non_blocking(true, ec);
+        c.can_peek = !ec;
+    }
+    if (a.log.enabled(log_level::trace)) a.log.trace("agent.http", "connection opened from " + endpoint_string(c.peer));
+
+    beast::flat_buffer buf;
+    for (;;) {
+        // ---- header ----
+        http::request_parser<http::empty_body> hp;
+        hp.header_limit(static_cast<std::uint32_t>(
+            std::min<std::size_t>(a.opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+        hp.body_limit(boost::none);  // Content-Length is judged by check_header, then by the body parser
+        c.stream.expires_after(idle_timeout);
+        auto [hec, hn] = co_await http::async_read_header(c.stream, buf, hp, awaitable_tuple);
+        if (a.stopping) co_return;
+        if (hec) {
+            if (auto st = client_error_status(hec)) co_await a.reject(c, *st, hec.message());
+            else if (a.log.enabled(log_level::trace))
+                a.log.trace("agent.http", "connection from " + endpoint_string(c.peer) + " closed: " + hec.message());
+            co_return;
+        }
+        auto const start = ag::clock::now();
+
+        // ---- refusal from the header alone: the body is never read ----
+        std::optional<ag::response> early;
+        try {
+            early = a.api.check_header(hp.get());
+        } catch (std::exception const& e) {
+            a.log.error("agent.http", std::string("check_header failed: ") + e.what());
+            early = text_response(http::status::internal_server_error, std::string("internal error: ") + e.what());
+        }
+        if (early) {
+            early->keep_alive(false);
+            early->prepare_payload();
+            bool const head = hp.get().method() == http::verb::head;
+            auto const ec = co_await a.write(c, *early, head);
+            a.log_request(c, hp.get().method_string(), hp.get().target(), early->result_int(), start);
+            if (ec || a.stopping) co_return;
+            if (hp.is_done()) {  // nothing unread: a plain close
+                boost::system::error_code ig;
+                c.stream.socket().shutdown(tcp::socket::shutdown_send, ig);
+            } else {
+                co_await a.linger_close(c);
+            }
+            co_return;
+        }
+        if (expects_continue(hp.get()) && !hp.is_done()) {
+            http::response<http::empty_body> cont{http::status::continue_, 11};
+            c.stream.expires_after(write_timeout);
+            auto [cec, cn] = co_await http::async_write(c.stream, cont, awaitable_tuple);
+            if (cec || a.stopping) co_return;
+        }
+
+        // ---- body ----
+        http::request_parser<http::string_body> p{std::move(hp)};
+        p.body_limit(a.api.max_body_size());
+        if (!p.is_done()) {
+            c.stream.expires_after(body_timeout);
+            auto [bec, bn] = co_await http::async_read(c.stream, buf, p, awaitable_tuple);
+            if (a.stopping) co_return;
+            if (bec) {
+                if (auto st = client_error_status(bec)) co_await a.reject(c, *st, bec.message());
+                co_return;
+            }
+        }
+        ag::request req = p.release();
+
+        // ---- evaluate, parking blocking queries ----
+        ag::blocking_state bs;
+        ag::api_outcome out = a.handle(req, bs);
+        while (!out.res) {
+            if (!co_await a.park(c, buf, std::move(*out.wait))) {
+                if (a.log.enabled(log_level::trace))
+                    a.log.trace("agent.http", "blocking query abandoned: url=" + std::string(req.target()) +
+                                                  " from=" + endpoint_string(c.peer));
+                co_return;
+            }
+            out = a.handle(req, bs);
+        }
+
+        // ---- respond ----
+        ag::response& res = *out.res;
+        bool const keep = req.keep_alive() && !a.stopping;
+        res.keep_alive(keep);
+        if (keep && req.version() < 11) res.set(http::field::connection, "keep-alive");
+        res.prepare_payload();
+        auto const wec = co_await a.write(c, res, req.method() == http::verb::head);
+        a.log_request(c, req.method_string(), req.target(), res.result_int(), start);
+        if (wec || a.stopping) co_return;
+        if (!keep) {
+            boost::system::error_code ig;
+            c.stream.socket().shutdown(tcp::socket::shutdown_send, ig);
+            co_return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+agent::agent(asio::any_io_executor ex, agent_options opts)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(opts))) {}
+
+agent::agent(agent&&) noexcept = default;
+
+agent& agent::operator=(agent&& other) noexcept {
+    if (this != &other) {
+        if (impl_) impl_->stop();
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+
+agent::~agent() {
+    if (impl_) impl_->stop();
+}
+
+tcp::endpoint agent::local_endpoint() const { return impl_->local; }
+
+std::string agent::http_address() const { return "http://" + endpoint_string(impl_->local); }
+
+void agent::start() { impl_->start(); }
+
+void agent::stop() { impl_->stop(); }
+
+bool agent::stopped() const noexcept { return impl_->stopping; }
+
+std::size_t agent::connection_count() const noexcept { return impl_->conns.size(); }
+
+detail::agent::state_machine& agent::state() noexcept { return impl_->sm; }
+
+void agent::timers_changed() { impl_->timers_changed(); }
+
+}  // namespace tenure

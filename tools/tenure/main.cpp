@@ -1,0 +1,307 @@
+// The `tenure` command line.
+//
+//   tenure agent [flags]     run the embedded Consul-compatible agent
+//   tenure help [command]    usage
+//   tenure --version
+//
+// Flags follow Consul's (Go's) style: `-flag value`, `-flag=value` and
+// `--flag` are all accepted. Subcommands are rows of `commands` below; `lock`
+// and `leader` slot in there.
+#include <tenure/agent.hpp>
+#include <tenure/detail/duration.hpp>
+#include <tenure/detail/log.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/program_options.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <charconv>
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace po = boost::program_options;
+
+constexpr std::string_view tenure_version = "0.1.0";
+
+// Bad command line: the message, then the command's usage, on stderr; exit 1.
+struct usage_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct command {
+    std::string_view name;
+    std::string_view synopsis;
+    int (*run)(std::vector<std::string> args);  // the arguments after the command name
+    void (*help)(std::ostream&);
+};
+
+int run_agent(std::vector<std::string> args);
+void agent_help(std::ostream& os);
+
+constexpr command commands[] = {
+    {"agent", "Runs the embedded Consul-compatible agent", run_agent, agent_help},
+};
+
+command const* find_command(std::string_view name) {
+    for (auto const& c : commands)
+        if (c.name == name) return &c;
+    return nullptr;
+}
+
+void print_usage(std::ostream& os) {
+    os << "Usage: tenure [--version] [--help] <command> [<args>]\n\n"
+          "Available commands are:\n";
+    for (auto const& c : commands) os << "    " << std::left << std::setw(10) << c.name << c.synopsis << '\n';
+    os << "\nRun \"tenure help <command>\" or \"tenure <command> -help\" for the command's flags.\n";
+}
+
+// Go's flag package takes `-flag` and `--flag` alike; Program_options wants
+// `--` for long names. Rewrite a single leading dash on multi-letter flags
+// (`-http-addr`, `-node=x`), leaving `-h`, values such as `-5s`, and
+// everything after `--` alone.
+std::vector<std::string> normalize_flags(std::vector<std::string> args) {
+    for (auto& a : args) {
+        if (a == "--") break;
+        if (a.size() > 2 && a[0] == '-' && a[1] != '-' && std::isalpha(static_cast<unsigned char>(a[1])) &&
+            a[2] != '=')
+            a.insert(0, 1, '-');
+    }
+    return args;
+}
+
+po::variables_map parse_flags(std::vector<std::string> args, po::options_description const& desc) {
+    namespace style = po::command_line_style;
+    po::positional_options_description none;  // no positional arguments
+    po::variables_map vm;
+    try {
+        auto parsed = po::command_line_parser(normalize_flags(std::move(args)))
+                          .options(desc)
+                          .positional(none)
+                          .style(style::allow_long | style::long_allow_adjacent | style::long_allow_next |
+                                 style::allow_short | style::allow_dash_for_short | style::short_allow_next)
+                          .run();
+        po::store(parsed, vm);
+        po::notify(vm);
+    } catch (po::too_many_positional_options_error const&) {
+        throw usage_error("unexpected argument; this command takes only flags");
+    } catch (po::error const& e) {
+        std::string m = e.what();
+        // Program_options names flags "--flag"; the documented spelling is "-flag".
+        for (std::size_t p = m.find("'--"); p != std::string::npos; p = m.find("'--", p + 1)) m.erase(p + 1, 1);
+        throw usage_error(m);
+    }
+    return vm;
+}
+
+std::string default_node_name() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) == 0 && buf[0] != '\0') return buf;
+    return "tenure";
+}
+
+// Lifts the soft RLIMIT_NOFILE to the hard limit: every connection and every
+// parked blocking query holds a descriptor.
+void raise_fd_limit(tenure::detail::logger const& log, std::size_t max_connections) {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        log.warn("agent", "getrlimit(RLIMIT_NOFILE) failed");
+        return;
+    }
+    rlim_t const before = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlimit want = rl;
+        want.rlim_cur = rl.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &want) == 0) {
+            rl.rlim_cur = want.rlim_cur;
+        } else if (rl.rlim_max == RLIM_INFINITY) {
+            // Linux refuses "infinity" above fs.nr_open; take a large finite value.
+            want.rlim_cur = 1 << 20;
+            if (::setrlimit(RLIMIT_NOFILE, &want) == 0) rl.rlim_cur = want.rlim_cur;
+        }
+        if (rl.rlim_cur == before)
+            log.warn("agent", "could not raise the open-file limit (RLIMIT_NOFILE) from " + std::to_string(before));
+        else
+            log.debug("agent", "raised the open-file limit (RLIMIT_NOFILE) from " + std::to_string(before) + " to " +
+                                   std::to_string(rl.rlim_cur));
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max_connections + 64)
+        log.warn("agent", "open-file limit " + std::to_string(rl.rlim_cur) + " is below -max-connections " +
+                              std::to_string(max_connections) + "; connections beyond it will be refused");
+}
+
+char const* signal_name(int sig) {
+    switch (sig) {
+    case SIGINT: return "interrupt";
+    case SIGTERM: return "terminated";
+    default: return "signal";
+    }
+}
+
+// ---- tenure agent -----------------------------------------------------------
+
+void agent_help(std::ostream& os) {
+    os << "Usage: tenure agent [options]\n\n"
+          "  Runs an in-process coordination service that speaks Consul's HTTP API\n"
+          "  (sessions, KV with locks and lock-delay, blocking queries, checks).\n"
+          "  Once listening it prints one line to stdout:\n"
+          "    tenure agent listening on http://ADDRESS:PORT\n"
+          "  SIGINT or SIGTERM stops it (exit 0).\n\n"
+          "Options:\n\n"
+          "  -http-addr=<host:port>\n"
+          "     Address the HTTP API listens on; port 0 picks a free port.\n"
+          "     Default: 127.0.0.1:8500\n\n"
+          "  -node=<name>\n"
+          "     Name of this node. Default: the machine's hostname.\n\n"
+          "  -datacenter=<name>\n"
+          "     Datacenter of this agent. Default: dc1\n\n"
+          "  -session-ttl-min=<duration>\n"
+          "     Shortest session TTL accepted, as a Go duration (10s, 100ms).\n"
+          "     Default: 10s\n\n"
+          "  -max-connections=<n>\n"
+          "     Open HTTP connections beyond this are closed at once. Default: 16384\n\n"
+          "  -log-level=<level>\n"
+          "     trace, debug, info, warn or error (or off). Logs go to stderr.\n"
+          "     Default: info\n";
+}
+
+int run_agent(std::vector<std::string> args) {
+    po::options_description desc;
+    desc.add_options()                                                        //
+        ("help,h", "")                                                        //
+        ("http-addr", po::value<std::string>()->default_value("127.0.0.1:8500"), "")  //
+        ("node", po::value<std::string>(), "")                                //
+        ("datacenter", po::value<std::string>()->default_value("dc1"), "")   //
+        ("session-ttl-min", po::value<std::string>()->default_value("10s"), "")  //
+        ("max-connections", po::value<std::string>()->default_value("16384"), "")  //
+        ("log-level", po::value<std::string>()->default_value("info"), "");
+    po::variables_map const vm = parse_flags(std::move(args), desc);
+    if (vm.count("help")) {
+        agent_help(std::cout);
+        return 0;
+    }
+
+    tenure::agent_options opts;
+    opts.http_addr = vm["http-addr"].as<std::string>();
+    opts.node_name = vm.count("node") ? vm["node"].as<std::string>() : default_node_name();
+    if (opts.node_name.empty()) throw usage_error("-node must not be empty");
+    opts.datacenter = vm["datacenter"].as<std::string>();
+    if (opts.datacenter.empty()) throw usage_error("-datacenter must not be empty");
+
+    {
+        auto const& text = vm["session-ttl-min"].as<std::string>();
+        auto const d = tenure::detail::parse_go_duration(text);
+        if (!d.value) throw usage_error("invalid value for -session-ttl-min: " + d.error);
+        if (d.value->count() < 0)
+            throw usage_error("invalid value for -session-ttl-min: \"" + text + "\" must not be negative");
+        opts.session_ttl_min = *d.value;
+    }
+    {
+        auto const& text = vm["max-connections"].as<std::string>();
+        unsigned long long n = 0;
+        auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+        if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || n == 0 ||
+            n > std::numeric_limits<std::size_t>::max())
+            throw usage_error("invalid value for -max-connections: \"" + text + "\" (want a positive integer)");
+        opts.max_connections = static_cast<std::size_t>(n);
+    }
+    {
+        auto const& text = vm["log-level"].as<std::string>();
+        auto const level = tenure::parse_log_level(text);
+        if (!level) throw usage_error("invalid value for -log-level: \"" + text + "\" (trace, debug, info, warn, error)");
+        opts.level = *level;
+    }
+    opts.log_stream = &std::clog;
+    tenure::detail::logger const log{opts.level, opts.log_stream};
+
+    std::signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit(log, opts.max_connections);
+
+    asio::io_context ioc{1};
+    // Installed before the address is printed, so a signal sent as soon as the
+    // line is read is handled.
+    asio::signal_set signals{ioc, SIGINT, SIGTERM};
+
+    std::optional<tenure::agent> agent;
+    try {
+        agent.emplace(ioc.get_executor(), opts);
+    } catch (boost::system::system_error const& e) {
+        if (e.code() == asio::error::invalid_argument) throw usage_error(e.what());
+        std::cerr << "tenure agent: " << e.what() << '\n';
+        return 1;
+    }
+
+    signals.async_wait([&](boost::system::error_code const& ec, int sig) {
+        if (ec) return;
+        log.info("agent", std::string("caught signal: ") + signal_name(sig) + "; shutting down");
+        agent->stop();
+    });
+
+    agent->start();
+    std::cout << "tenure agent listening on " << agent->http_address() << std::endl;
+
+    ioc.run();
+    log.info("agent", "shutdown complete");
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+    if (args.empty()) {
+        print_usage(std::cerr);
+        return 1;
+    }
+    std::string_view const first = args.front();
+    if (first == "--help" || first == "-help" || first == "-h" || first == "help") {
+        if (args.size() > 1) {
+            if (auto const* c = find_command(args[1])) {
+                c->help(std::cout);
+                return 0;
+            }
+            std::cerr << "tenure: unknown command \"" << args[1] << "\"\n\n";
+            print_usage(std::cerr);
+            return 1;
+        }
+        print_usage(std::cout);
+        return 0;
+    }
+    if (first == "--version" || first == "-version" || first == "-v" || first == "version") {
+        std::cout << "tenure " << tenure_version << '\n';
+        return 0;
+    }
+
+    command const* cmd = find_command(first);
+    if (!cmd) {
+        std::cerr << "tenure: unknown command \"" << first << "\"\n\n";
+        print_usage(std::cerr);
+        return 1;
+    }
+    try {
+        return cmd->run(std::vector<std::string>(args.begin() + 1, args.end()));
+    } catch (usage_error const& e) {
+        std::cerr << "tenure " << cmd->name << ": " << e.what() << "\n\n";
+        cmd->help(std::cerr);
+        return 1;
+    } catch (std::exception const& e) {
+        std::cerr << "tenure " << cmd->name << ": " << e.what() << '\n';
+        return 1;
+    }
+}
