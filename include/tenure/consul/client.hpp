@@ -63,6 +63,7 @@ public:
     // 0 when the failure was not an HTTP answer (connect, timeout, parse).
     unsigned http_status() const noexcept { return status_; }
     // The server's text body for an error status (may contain user input).
+    // When http_status() is 0: what failed, e.g. "GET /v1/kv/a on 127.0.0.1:8500".
     std::string const& server_message() const noexcept { return message_; }
 
 private:

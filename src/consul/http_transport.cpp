@@ -1,0 +1,259 @@
+// HTTP/1.1 transport of tenure::consul::client: Beast over tcp_stream with a
+// small pool of idle keep-alive connections.
+//
+// A request takes the most recently used idle connection (after a
+// non-blocking check that the server has not closed it) or connects a new
+// one; the connection goes back to the pool only after a complete exchange
+// whose response allows keep-alive. Any error, timeout or cancellation closes
+// the connection. The whole exchange (resolve, connect, write, read) shares
+// one deadline, enforced by tcp_stream::expires_at.
+#include "transport.hpp"
+
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace tenure::consul::detail {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+constexpr std::string_view user_agent = "tenure/0.1";
+
+struct connection {
+    explicit connection(asio::any_io_executor const& ex) : stream(ex) {}
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    bool aborted = false;  // close() closed it under a pending operation
+};
+
+bool cancelled(asio::cancellation_state const& cs) { return cs.cancelled() != asio::cancellation_type::none; }
+
+// Errors a kept-alive connection shows when the server closed it while idle.
+bool stale_connection_error(beast::error_code const& ec) {
+    return ec == beast::http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+           ec == asio::error::broken_pipe || ec == asio::error::connection_aborted;
+}
+
+// True when the server has already closed (or written unsolicited bytes to)
+// an idle connection. Non-blocking peek; never waits.
+bool idle_connection_dead(connection& c) {
+    auto& sock = c.stream.socket();
+    if (!sock.is_open()) return true;
+    beast::error_code ec;
+    sock.non_blocking(true, ec);
+    if (ec) return true;
+    char byte = 0;
+    std::size_t const n = sock.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return false;
+    (void)n;
+    return true;  // EOF, an error, or bytes nobody asked for
+}
+
+class http_transport final : public transport, public std::enable_shared_from_this<http_transport> {
+public:
+    http_transport(asio::any_io_executor ex, http_transport_options opts) : ex_(std::move(ex)), opts_(std::move(opts)) {
+        beast::error_code ec;
+        auto const addr = asio::ip::make_address(opts_.host, ec);
+        if (!ec) endpoints_.emplace_back(addr, opts_.port);
+    }
+
+    ~http_transport() override { close(); }
+
+    asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
+                                        steady_clock::time_point deadline) override;
+
+    void close() override {
+        ++generation_;
+        idle_.clear();  // closes their sockets
+        for (connection* c : active_) {
+            c->aborted = true;
+            c->stream.close();  // pending operations complete with operation_aborted
+        }
+    }
+
+    std::size_t idle_connections() const noexcept override { return idle_.size(); }
+
+private:
+    // Registers a connection as in flight for the life of one attempt, so
+    // that close() can abort it.
+    class active_guard {
+    public:
+        active_guard(http_transport& t, connection& c) : t_(t), c_(c) { t_.active_.insert(&c_); }
+        ~active_guard() { t_.active_.erase(&c_); }
+        active_guard(active_guard const&) = delete;
+        active_guard& operator=(active_guard const&) = delete;
+
+    private:
+        http_transport& t_;
+        connection& c_;
+    };
+
+    std::unique_ptr<connection> take_idle() {
+        while (!idle_.empty()) {
+            auto c = std::move(idle_.back());
+            idle_.pop_back();
+            if (!idle_connection_dead(*c)) return c;
+        }
+        return nullptr;
+    }
+
+    void give_back(std::unique_ptr<connection> c, std::uint64_t generation) {
+        if (generation != generation_ || c->aborted || c->buffer.size() != 0) return;
+        if (idle_.size() >= opts_.max_idle_connections) return;
+        c->stream.expires_never();
+        idle_.push_back(std::move(c));
+    }
+
+    std::string describe(http::verb method, std::string_view target) const {
+        std::string s(http::to_string(method));
+        s += ' ';
+        s += target;
+        s += " on ";
+        s += opts_.host_header;
+        return s;
+    }
+
+    [[noreturn]] static void fail(beast::error_code const& ec, bool aborted, std::string const& what) {
+        if (aborted || ec == asio::error::operation_aborted) throw_aborted(what);
+        if (ec == beast::error::timeout) throw api_error(asio::error::timed_out, 0, what);
+        throw api_error(ec, 0, what);
+    }
+
+    asio::awaitable<std::vector<tcp::endpoint>> resolve(steady_clock::time_point deadline, std::string const& what);
+
+    asio::any_io_executor ex_;
+    http_transport_options opts_;
+    std::vector<tcp::endpoint> endpoints_;  // resolved once, then cached
+    std::vector<std::unique_ptr<connection>> idle_;  // most recently used last
+    std::unordered_set<connection*> active_;
+    std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
+};
+
+asio::awaitable<std::vector<tcp::endpoint>> http_transport::resolve(steady_clock::time_point deadline,
+                                                                    std::string const& what) {
+    if (!endpoints_.empty()) co_return endpoints_;
+    // getaddrinfo has no deadline of its own: a timer cancels the resolver.
+    auto resolver = std::make_shared<tcp::resolver>(ex_);
+    auto timed_out = std::make_shared<bool>(false);
+    asio::steady_timer timer(ex_, deadline);
+    timer.async_wait([w = std::weak_ptr<tcp::resolver>(resolver), timed_out](beast::error_code ec) {
+        if (ec) return;
+        *timed_out = true;
+        if (auto r = w.lock()) r->cancel();
+    });
+    auto [ec, results] = co_await resolver->async_resolve(opts_.host, std::to_string(opts_.port), tuple_awaitable);
+    timer.cancel();
+    if (*timed_out) throw api_error(asio::error::timed_out, 0, what + ": resolving " + opts_.host);
+    if (ec) {
+        if (ec == asio::error::operation_aborted || cancelled(co_await asio::this_coro::cancellation_state))
+            throw_aborted(what);
+        throw api_error(ec, 0, what + ": resolving " + opts_.host);
+    }
+    std::vector<tcp::endpoint> eps;
+    for (auto const& r : results) eps.push_back(r.endpoint());
+    if (eps.empty()) throw api_error(asio::error::host_not_found, 0, what + ": resolving " + opts_.host);
+    if (endpoints_.empty()) endpoints_ = eps;
+    co_return eps;
+}
+
+asio::awaitable<http_response> http_transport::send(http::verb method, std::string target, std::string body,
+                                                    steady_clock::time_point deadline) {
+    auto const keep = shared_from_this();
+    std::string const what = describe(method, target);
+
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, opts_.host_header);
+    req.set(http::field::user_agent, user_agent);
+    if (!opts_.token.empty()) req.set("X-Consul-Token", opts_.token);
+    if (!body.empty())
+        req.set(http::field::content_type,
+                target.starts_with("/v1/kv/") ? "application/octet-stream" : "application/json");
+    req.body() = std::move(body);
+    req.keep_alive(true);
+    req.prepare_payload();
+
+    for (int attempt = 0;; ++attempt) {
+        std::uint64_t const generation = generation_;
+        // The retry always uses a fresh connection.
+        std::unique_ptr<connection> c = attempt == 0 ? take_idle() : nullptr;
+        bool const reused = c != nullptr;
+        if (!c) {
+            auto eps = co_await resolve(deadline, what);
+            c = std::make_unique<connection>(ex_);
+            active_guard guard{*this, *c};
+            c->stream.expires_at(deadline);
+            auto [ec, ep] = co_await c->stream.async_connect(eps, tuple_awaitable);
+            if (ec) fail(ec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state), what);
+            beast::error_code ig;
+            c->stream.socket().set_option(tcp::no_delay(true), ig);
+        }
+        active_guard guard{*this, *c};
+        c->stream.expires_at(deadline);
+
+        // A kept-alive connection the server closed meanwhile fails on the
+        // write or before the first byte of the answer: try once more on a
+        // fresh connection.
+        auto retry = [&](beast::error_code const& ec, bool got_some) {
+            return reused && attempt == 0 && !got_some && !c->aborted && stale_connection_error(ec);
+        };
+
+        auto [wec, wn] = co_await http::async_write(c->stream, req, tuple_awaitable);
+        if (wec) {
+            bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
+            if (!aborted && retry(wec, false)) continue;
+            fail(wec, aborted, what);
+        }
+
+        http::response_parser<http::string_body> parser;
+        parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+        auto [rec, rn] = co_await http::async_read(c->stream, c->buffer, parser, tuple_awaitable);
+        if (rec) {
+            bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
+            if (!aborted && retry(rec, parser.got_some() || c->buffer.size() != 0)) continue;
+            fail(rec, aborted, what);
+        }
+
+        auto res = parser.release();
+        http_response out;
+        out.status = res.result_int();
+        bool const keep_alive = res.keep_alive();
+        out.body = std::move(res.body());
+        out.headers = std::move(static_cast<http::fields&>(res));
+        if (keep_alive) give_back(std::move(c), generation);
+        co_return out;
+    }
+}
+
+}  // namespace
+
+std::shared_ptr<transport> make_http_transport(asio::any_io_executor ex, http_transport_options opts) {
+    return std::make_shared<http_transport>(std::move(ex), std::move(opts));
+}
+
+}  // namespace tenure::consul::detail

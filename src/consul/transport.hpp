@@ -1,0 +1,69 @@
+// Internal: what tenure::consul::client needs from a way of talking to Consul.
+//
+// One request in, one response out. Two implementations:
+//   http_transport       - HTTP/1.1 over Beast with a keep-alive pool
+//   inprocess_transport  - tenure::agent's HTTP API called directly (no sockets)
+// Both run on the client's executor and honour per-operation (terminal)
+// cancellation of the awaiting coroutine and close().
+#pragma once
+
+#include <tenure/consul/client.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tenure::consul::detail {
+
+namespace http = boost::beast::http;
+using steady_clock = std::chrono::steady_clock;
+
+struct http_response {
+    unsigned status = 0;
+    std::string body;
+    http::fields headers;  // every response header (X-Consul-* included)
+};
+
+class transport {
+public:
+    virtual ~transport() = default;
+
+    // Sends one request. `target` is the origin-form ("/v1/kv/a?index=3"). The
+    // transport adds Host, X-Consul-Token (when set) and Content-Length.
+    // Throws api_error with http_status 0 on a transport failure, with
+    // boost::asio::error::timed_out past `deadline`, and with
+    // boost::asio::error::operation_aborted when the awaiting coroutine is
+    // cancelled or close() is called. Never throws for an HTTP status.
+    virtual boost::asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
+                                                       steady_clock::time_point deadline) = 0;
+
+    // Closes idle connections and aborts every request in flight. The
+    // transport stays usable.
+    virtual void close() = 0;
+
+    // Idle keep-alive connections (0 for transports without any); for tests.
+    virtual std::size_t idle_connections() const noexcept { return 0; }
+};
+
+struct http_transport_options {
+    std::string host;  // name or address literal (IPv6 without brackets)
+    std::uint16_t port = 8500;
+    std::string host_header;  // "host:port" as sent in Host
+    std::string token;
+    std::size_t max_idle_connections = 16;
+};
+
+std::shared_ptr<transport> make_http_transport(boost::asio::any_io_executor ex, http_transport_options opts);
+std::shared_ptr<transport> make_inprocess_transport(boost::asio::any_io_executor ex, tenure::agent& agent,
+                                                    std::string token);
+
+// The failure every transport reports for an interrupted request.
+[[noreturn]] void throw_aborted(std::string what);
+
+}  // namespace tenure::consul::detail
