@@ -69,8 +69,11 @@ asio::awaitable<void> node_main(tenure::consul::client& consul, std::string name
     options.value = name;
     options.on_elected = [name](tenure::leadership_scope const& s) { emit(name, "elected", std::to_string(s.token())); };
     options.on_lost = [name](boost::system::error_code why) { emit(name, "lost", why.message()); };
-    co_await tenure::campaign(consul, options,
-                              [name](tenure::leadership_scope& lead) { return run_report(lead, name); });
+    // (Named, not a temporary: g++ 12 destroys temporaries of a co_await
+    // expression twice.)
+    std::function<asio::awaitable<void>(tenure::leadership_scope&)> body =
+        [name](tenure::leadership_scope& lead) { return run_report(lead, name); };
+    co_await tenure::campaign(consul, options, body);
 }
 
 int run_node(std::string name, std::string consul_url) {
