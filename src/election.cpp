@@ -267,10 +267,10 @@ boost::asio::any_io_executor leadership_scope::get_executor() const {
 }
 
 asio::awaitable<bool> leadership_scope::run_impl(std::shared_ptr<detail::scope_state> s, asio::awaitable<void> work) {
-    using namespace asio::experimental::awaitable_operators;
     if (s->status != detail::scope_status::held) co_return false;
-    auto r = co_await (std::move(work) || s->lost_event.wait());
-    co_return r.index() == 0;
+    // The work finishing first is a normal end; the loss event first cancels
+    // the work and waits for it to finish.
+    co_return co_await detail::race(std::move(work), s->lost_event.wait());
 }
 
 asio::awaitable<void> leadership_scope::wait_lost_impl(std::shared_ptr<detail::scope_state> s) {
@@ -311,13 +311,12 @@ election::election(session& s, std::string key, std::string value)
 }
 
 asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
-    using namespace asio::experimental::awaitable_operators;
     auto sess = session_->impl();
     if (sess->lost_event.is_set()) throw boost::system::system_error(sess->lost_reason);
     // A candidate whose session dies while it waits stops with that reason.
-    auto r = co_await (detail::acquire_loop(sess, key_, value_, once) || sess->lost_event.wait());
-    if (r.index() == 1) throw boost::system::system_error(sess->lost_reason);
-    co_return std::get<0>(std::move(r));
+    auto r = co_await detail::race(detail::acquire_loop(sess, key_, value_, once), sess->lost_event.wait());
+    if (!r) throw boost::system::system_error(sess->lost_reason);
+    co_return std::move(*r);
 }
 
 asio::awaitable<std::optional<leader_info>> election::leader_impl() {

@@ -7,7 +7,8 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -39,15 +40,52 @@ private:
     bool set_ = false;
 };
 
+// Runs `a` and `b` concurrently. The first to COMPLETE - with a result or
+// with an exception - wins, and the other is cancelled and awaited. (Asio's
+// operator|| waits for the first to *succeed*, so a failing branch would wait
+// for the other one.) Returns a's result, or nullopt (false for void) when b
+// completed first; rethrows the winner's exception.
+template <class T>
+asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> a,
+                                                                                    asio::awaitable<void> b) {
+    auto ex = co_await asio::this_coro::executor;
+    if constexpr (std::is_void_v<T>) {
+        auto [order, ex0, ex1] = co_await asio::experimental::make_parallel_group(
+                                     asio::co_spawn(ex, std::move(a), asio::deferred),
+                                     asio::co_spawn(ex, std::move(b), asio::deferred))
+                                     .async_wait(asio::experimental::wait_for_one(), asio::deferred);
+        if (order[0] == 0) {
+            if (ex0) std::rethrow_exception(ex0);
+            co_return true;
+        }
+        if (ex1) std::rethrow_exception(ex1);
+        co_return false;
+    } else {
+        auto [order, ex0, r0, ex1] = co_await asio::experimental::make_parallel_group(
+                                         asio::co_spawn(ex, std::move(a), asio::deferred),
+                                         asio::co_spawn(ex, std::move(b), asio::deferred))
+                                         .async_wait(asio::experimental::wait_for_one(), asio::deferred);
+        if (order[0] == 0) {
+            if (ex0) std::rethrow_exception(ex0);
+            co_return std::optional<T>(std::move(r0));
+        }
+        if (ex1) std::rethrow_exception(ex1);
+        co_return std::optional<T>{};
+    }
+}
+
+inline asio::awaitable<void> wait_until(clock::time_point deadline) {
+    asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
+    co_await timer.async_wait(asio::use_awaitable);
+}
+
 // Races `op` against a deadline: throws timed_out when the deadline wins
 // (the operation is cancelled first).
 template <class T>
 asio::awaitable<T> with_deadline(asio::awaitable<T> op, clock::time_point deadline) {
-    using namespace asio::experimental::awaitable_operators;
-    asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
-    auto r = co_await (std::move(op) || timer.async_wait(asio::use_awaitable));
-    if (r.index() == 1) throw boost::system::system_error(asio::error::timed_out);
-    if constexpr (!std::is_void_v<T>) co_return std::get<0>(std::move(r));
+    auto r = co_await race(std::move(op), wait_until(deadline));
+    if (!r) throw boost::system::system_error(asio::error::timed_out);
+    if constexpr (!std::is_void_v<T>) co_return std::move(*r);
 }
 
 struct scope_state;

@@ -1,0 +1,523 @@
+// The election core against the real `tenure agent` binary over HTTP.
+//
+// Every test runs one io_context (no threads) and awaits events: acquisitions,
+// losses, blocking queries. Wall-clock figures are printed, and asserted only
+// where they are the safety property itself (a holder must stop before the
+// server could hand the key to anyone else).
+#include "agent_process.hpp"
+#include "fault_proxy.hpp"
+
+#include <tenure/consul/client.hpp>
+#include <tenure/election.hpp>
+
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <csignal>
+#include <dirent.h>
+#include <functional>
+#include <iostream>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using boost::system::error_code;
+namespace consul = tenure::consul;
+
+namespace {
+
+double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct election_fixture {
+    tenure::itest::agent_process agent{[] {
+        tenure::itest::agent_options o;
+        o.session_ttl_min = "100ms";
+        return o;
+    }()};
+    asio::io_context io;
+
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(agent.port()); }
+
+    std::unique_ptr<consul::client> make_client(std::string address = {}) {
+        consul::client_config c;
+        c.address = address.empty() ? url() : address;
+        c.request_timeout = 2000ms;
+        return std::make_unique<consul::client>(io.get_executor(), c);
+    }
+
+    // Runs `body` to completion on the io_context (bounded, so a bug fails the
+    // test instead of hanging it).
+    void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 30s) {
+        bool done = false;
+        std::exception_ptr error;
+        asio::co_spawn(io, body(), [&](std::exception_ptr e) {
+            done = true;
+            error = e;
+            io.stop();
+        });
+        io.run_for(limit);
+        BOOST_REQUIRE_MESSAGE(done, "the test body did not finish in time");
+        if (error) std::rethrow_exception(error);
+    }
+};
+
+tenure::session_options opts(std::string name, std::chrono::milliseconds ttl, std::chrono::milliseconds lock_delay) {
+    tenure::session_options o;
+    o.name = std::move(name);
+    o.ttl = ttl;
+    o.lock_delay = lock_delay;
+    return o;
+}
+
+asio::awaitable<void> sleep_for(steady::duration d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+// Work that runs until cancelled, recording when it started and stopped.
+struct work_log {
+    steady::time_point started{}, stopped{};
+    bool running = false;
+};
+asio::awaitable<void> endless_work(work_log& log) {
+    log.started = steady::now();
+    log.running = true;
+    struct on_exit {
+        work_log& l;
+        ~on_exit() {
+            l.stopped = steady::now();
+            l.running = false;
+        }
+    } guard{log};
+    asio::steady_timer t(co_await asio::this_coro::executor, steady::time_point::max());
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+std::size_t thread_count() {
+    std::size_t n = 0;
+    if (DIR* d = opendir("/proc/self/task")) {
+        while (auto* e = readdir(d))
+            if (e->d_name[0] != '.') ++n;
+        closedir(d);
+    }
+    return n;
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(election_core, election_fixture)
+
+BOOST_AUTO_TEST_CASE(three_candidates_elect_exactly_one_and_tokens_grow) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        std::vector<tenure::session> sessions;
+        for (int i = 0; i < 3; ++i)
+            sessions.push_back(co_await tenure::session::create(*client, opts("c" + std::to_string(i), 2s, 0ms)));
+        std::vector<std::unique_ptr<tenure::election>> elections;
+        for (int i = 0; i < 3; ++i)
+            elections.push_back(std::make_unique<tenure::election>(sessions[i], "itest/leader", "c" + std::to_string(i)));
+
+        // All three campaign at once; record each win.
+        std::vector<std::optional<tenure::leadership_scope>> scopes(3);
+        asio::steady_timer won(io, steady::time_point::max());
+        for (int i = 0; i < 3; ++i) {
+            elections[i]->acquire([&, i](error_code ec, tenure::leadership_scope s) {
+                BOOST_REQUIRE(!ec);
+                scopes[i] = std::move(s);
+                won.cancel();
+            });
+        }
+        std::vector<std::uint64_t> tokens;
+        std::vector<int> leaders;
+        for (int round = 0; round < 3; ++round) {
+            auto count = [&] {
+                return std::count_if(scopes.begin(), scopes.end(), [](auto const& s) { return s && s->held(); });
+            };
+            while (count() == 0) co_await won.async_wait(asio::as_tuple(asio::use_awaitable));
+            BOOST_TEST(count() == 1);  // exactly one leader
+            int leader = static_cast<int>(std::find_if(scopes.begin(), scopes.end(),
+                                                       [](auto const& s) { return s && s->held(); }) -
+                                          scopes.begin());
+            // The server agrees.
+            auto who = co_await elections[0]->leader();
+            BOOST_REQUIRE(who.has_value());
+            BOOST_TEST(who->session == sessions[leader].id());
+            BOOST_TEST(who->value == "c" + std::to_string(leader));
+            BOOST_TEST(who->lock_index == scopes[leader]->token());
+            tokens.push_back(scopes[leader]->token());
+            leaders.push_back(leader);
+            co_await scopes[leader]->release();  // clean release: the next one takes over at once
+            BOOST_TEST(!scopes[leader]->held());
+        }
+        BOOST_TEST(tokens.size() == 3u);
+        for (std::size_t i = 1; i < tokens.size(); ++i) BOOST_TEST(tokens[i] > tokens[i - 1]);
+        std::sort(leaders.begin(), leaders.end());
+        BOOST_TEST((leaders == std::vector<int>{0, 1, 2}));
+        for (auto& s : sessions) co_await s.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(clean_release_hands_over_without_lock_delay) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 5s));
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 5s));
+        tenure::election ea(a, "itest/clean", "a"), eb(b, "itest/clean", "b");
+        auto sa = co_await ea.acquire();
+        std::optional<tenure::leadership_scope> sb;
+        steady::time_point acquired_b{};
+        eb.acquire([&](error_code ec, tenure::leadership_scope s) {
+            BOOST_REQUIRE(!ec);
+            acquired_b = steady::now();
+            sb = std::move(s);
+        });
+        co_await sleep_for(50ms);  // b is now blocked on the key
+        BOOST_TEST(!sb.has_value());
+        auto released = steady::now();
+        co_await sa.release();
+        while (!sb) co_await sleep_for(1ms);
+        std::cout << "clean handover: " << ms(acquired_b - released) << " ms\n";
+        BOOST_TEST(ms(acquired_b - released) < 1000.0);  // far below the 5 s lock-delay
+        BOOST_TEST(sb->token() > sa.token());
+        co_await a.close();
+        co_await b.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(destroy_applies_lock_delay_then_hands_over_promptly) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 700ms));
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 700ms));
+        tenure::election ea(a, "itest/destroy", "a"), eb(b, "itest/destroy", "b");
+        auto sa = co_await ea.acquire();
+        std::optional<tenure::leadership_scope> sb;
+        steady::time_point acquired_b{};
+        eb.acquire([&](error_code ec, tenure::leadership_scope s) {
+            BOOST_REQUIRE(!ec);
+            acquired_b = steady::now();
+            sb = std::move(s);
+        });
+        co_await sleep_for(50ms);
+        // Destroy a's session on the server (no release first): an invalidation.
+        auto destroyed = steady::now();
+        co_await client->session_destroy(a.id());
+        auto why = co_await sa.wait_lost(asio::as_tuple(asio::deferred));
+        BOOST_TEST((std::get<0>(why) == tenure::error::session_invalidated ||
+                    std::get<0>(why) == tenure::error::released_by_other));
+        while (!sb) co_await sleep_for(1ms);
+        double waited = ms(acquired_b - destroyed);
+        std::cout << "destroy handover: " << waited << " ms (lock-delay 700 ms)\n";
+        BOOST_TEST(waited >= 700.0);  // nobody before the lock-delay ends
+        BOOST_TEST(waited < 700.0 + 300.0);
+        BOOST_TEST(sb->token() > sa.token());
+        co_await b.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(lock_delay_zero_hands_over_at_once_after_destroy) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 0ms));
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 0ms));
+        auto info = co_await client->session_info_get(a.id());
+        BOOST_REQUIRE(info.value.has_value());
+        BOOST_TEST(info.value->lock_delay.count() == 0);  // 0 really reaches the server
+        tenure::election ea(a, "itest/zero", "a"), eb(b, "itest/zero", "b");
+        auto sa = co_await ea.acquire();
+        std::optional<tenure::leadership_scope> sb;
+        eb.acquire([&](error_code ec, tenure::leadership_scope s) {
+            BOOST_REQUIRE(!ec);
+            sb = std::move(s);
+        });
+        co_await sleep_for(50ms);
+        auto destroyed = steady::now();
+        co_await client->session_destroy(a.id());
+        while (!sb) co_await sleep_for(1ms);
+        std::cout << "LockDelay 0 handover after destroy: " << ms(steady::now() - destroyed) << " ms\n";
+        BOOST_TEST(ms(steady::now() - destroyed) < 500.0);
+        co_await b.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(ttl_lapse_frees_the_key_after_two_ttls_and_lock_delay) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        // A raw session nobody renews holds the key (as a crashed process would).
+        consul::session_request req;
+        req.name = "crashed";
+        req.ttl = 200ms;
+        req.lock_delay = 300ms;
+        auto created = steady::now();
+        std::string raw = co_await client->session_create(req);
+        std::optional<std::string> value = "crashed";
+        BOOST_REQUIRE(co_await client->kv_acquire("itest/ttl", raw, value, consul::lock_flag_value));
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 300ms));
+        tenure::election eb(b, "itest/ttl", "b");
+        auto sb = co_await eb.acquire();
+        double waited = ms(steady::now() - created);
+        std::cout << "TTL lapse takeover: " << waited << " ms (2 x TTL 400 ms + lock-delay 300 ms)\n";
+        BOOST_TEST(waited >= 400.0 + 300.0);
+        BOOST_TEST(sb.token() == 2u);
+        co_await b.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(a_bound_check_going_critical_ends_leadership) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        bool healthy = true;
+        auto o = opts("checked", 400ms, 200ms);
+        o.health_check_ttl = 2s;
+        o.health_probe = [&] { return healthy; };
+        auto a = co_await tenure::session::create(*client, o);
+        tenure::election ea(a, "itest/check", "a");
+        auto sa = co_await ea.acquire();
+        work_log log;
+        healthy = false;  // the next heartbeat reports the check critical
+        bool finished = co_await sa.run(endless_work(log));
+        BOOST_TEST(!finished);
+        BOOST_TEST(!log.running);
+        BOOST_TEST((sa.loss_reason() == tenure::error::session_invalidated));
+        auto info = co_await client->session_info_get(a.id());
+        BOOST_TEST(!info.value.has_value());  // the server invalidated it
+        // The key was freed with lock-delay: an immediate acquire is refused.
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 0ms));
+        std::optional<std::string> value = "b";
+        BOOST_TEST(!(co_await client->kv_acquire("itest/check", b.id(), value, consul::lock_flag_value)));
+        co_await b.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(force_release_by_someone_else_cancels_the_work) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 1s));
+        tenure::election ea(a, "itest/force", "a");
+        auto sa = co_await ea.acquire();
+        work_log log;
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+                co_await sleep_for(100ms);
+                // An operator frees the key with the holder's session id.
+                co_await client->kv_release("itest/force", a.id(), std::nullopt, consul::lock_flag_value);
+            },
+            asio::detached);
+        bool finished = co_await sa.run(endless_work(log));
+        BOOST_TEST(!finished);
+        BOOST_TEST(!log.running);  // the work was cancelled and has finished
+        BOOST_TEST((sa.loss_reason() == tenure::error::released_by_other));
+        BOOST_TEST((a.state() != tenure::session_state::lost));  // the session itself lives on
+        co_await a.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(agent_killed_leader_stops_by_local_deadline_before_ttl) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 600ms, 1s));
+        tenure::election ea(a, "itest/kill", "a");
+        auto sa = co_await ea.acquire();
+        work_log log;
+        steady::time_point killed{};
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+                co_await sleep_for(200ms);
+                killed = steady::now();
+                agent.stop(SIGKILL, 5000ms);
+            },
+            asio::detached);
+        bool finished = co_await sa.run(endless_work(log));
+        BOOST_TEST(!finished);
+        BOOST_TEST((sa.loss_reason() == tenure::error::lease_expired_locally));
+        double after_kill = ms(log.stopped - killed);
+        std::cout << "agent SIGKILL: work cancelled " << after_kill << " ms after the kill (TTL 600 ms)\n";
+        // The work stopped no later than one TTL after the kill: the server
+        // could not have handed the key to anyone before 2 x TTL.
+        BOOST_TEST(after_kill <= 600.0 + 50.0);
+    });
+}
+
+BOOST_AUTO_TEST_CASE(a_pause_shorter_than_the_lease_loses_nothing) {
+    tenure::test::fault_proxy proxy(io.get_executor(),
+                                    asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), agent.port()));
+    proxy.start();
+    auto client = make_client(proxy.address());
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 1s, 1s));
+        bool went_to_jeopardy = false;
+        a.on_state_change([&](tenure::session_state s) {
+            if (s == tenure::session_state::jeopardy) went_to_jeopardy = true;
+        });
+        tenure::election ea(a, "itest/pause", "a");
+        auto sa = co_await ea.acquire();
+        work_log log;
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+                co_await sleep_for(100ms);
+                proxy.pause();  // a partition with TCP up: bytes are held
+                co_await sleep_for(400ms);
+                proxy.resume();
+                // Wait for a renewal acknowledged after the pause.
+                auto resumed = steady::now();
+                while (a.local_deadline() < resumed + 900ms) co_await sleep_for(10ms);
+                BOOST_TEST(sa.held());
+                BOOST_TEST(log.running);
+                co_await sa.release();  // ends run() normally... as a release
+            },
+            asio::detached);
+        bool finished = co_await sa.run(endless_work(log));
+        BOOST_TEST(!finished);                 // run ended because we released
+        BOOST_TEST(!sa.lost());                // never lost
+        BOOST_TEST((a.state() != tenure::session_state::lost));
+        std::cout << "pause of 400 ms with TTL 1 s: jeopardy entered: " << went_to_jeopardy << "\n";
+        co_await a.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(leaving_the_scope_releases_only_after_the_work_finished) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 5s));
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 5s));
+        tenure::election ea(a, "itest/scope", "a"), eb(b, "itest/scope", "b");
+        steady::time_point work_done{}, b_acquired{};
+        std::optional<tenure::leadership_scope> sb;
+        {
+            auto sa = co_await ea.acquire();
+            eb.acquire([&](error_code ec, tenure::leadership_scope s) {
+                BOOST_REQUIRE(!ec);
+                b_acquired = steady::now();
+                sb = std::move(s);
+            });
+            bool finished = co_await sa.run([&]() -> asio::awaitable<void> {
+                co_await sleep_for(150ms);
+                work_done = steady::now();
+            }());
+            BOOST_TEST(finished);
+            BOOST_TEST(!sb.has_value());  // still ours while the work ran
+        }  // the scope ends here: the key is released in the background
+        while (!sb) co_await sleep_for(1ms);
+        BOOST_TEST((b_acquired > work_done));
+        std::cout << "scope end -> next holder: " << ms(b_acquired - work_done) << " ms (no lock-delay)\n";
+        BOOST_TEST(ms(b_acquired - work_done) < 1000.0);
+        co_await a.close();
+        co_await b.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(the_library_creates_no_thread) {
+    std::size_t before = thread_count();
+    auto client = make_client();
+    std::size_t during = 0;
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 400ms, 0ms));
+        tenure::election ea(a, "itest/threads", "a");
+        auto sa = co_await ea.acquire();
+        co_await sa.run([&]() -> asio::awaitable<void> {
+            co_await sleep_for(500ms);  // renewals and the monitor run meanwhile
+            during = thread_count();
+        }());
+        co_await sa.release();
+        co_await a.close();
+    });
+    BOOST_TEST(during == before);
+    BOOST_TEST(thread_count() == before);
+}
+
+BOOST_AUTO_TEST_CASE(observer_reports_each_leader_change) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        tenure::leader_observer obs(*client, "itest/observe");
+        auto first = co_await obs.next();
+        BOOST_TEST(!first.has_value());
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 0ms));
+        tenure::election ea(a, "itest/observe", "alpha");
+        auto sa = co_await ea.acquire();
+        auto second = co_await obs.next();
+        BOOST_REQUIRE(second.has_value());
+        BOOST_TEST(second->value == "alpha");
+        BOOST_TEST(second->lock_index == sa.token());
+        co_await sa.release();
+        auto third = co_await obs.next();
+        BOOST_TEST(!third.has_value());
+        co_await a.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(campaign_runs_the_body_and_hands_over_cleanly_when_cancelled) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        std::vector<std::uint64_t> tokens;
+        int elected = 0;
+        asio::cancellation_signal stop_first;
+        auto make = [&](std::string name) {
+            tenure::campaign_options o;
+            o.session = opts(name, 1s, 3s);
+            o.key = "itest/campaign";
+            o.value = name;
+            o.on_elected = [&](tenure::leadership_scope const& s) {
+                ++elected;
+                tokens.push_back(s.token());
+            };
+            return o;
+        };
+        auto body = [](tenure::leadership_scope&) -> asio::awaitable<void> {
+            asio::steady_timer t(co_await asio::this_coro::executor, steady::time_point::max());
+            co_await t.async_wait(asio::use_awaitable);
+        };
+        bool first_done = false;
+        tenure::campaign(*client, make("one"), body,
+                         asio::bind_cancellation_slot(stop_first.slot(), [&](error_code) { first_done = true; }));
+        while (elected < 1) co_await sleep_for(1ms);
+        asio::cancellation_signal stop_second;
+        tenure::campaign(*client, make("two"), body,
+                         asio::bind_cancellation_slot(stop_second.slot(), [](error_code) {}));
+        co_await sleep_for(50ms);
+        BOOST_TEST(elected == 1);
+        auto cancelled = steady::now();
+        stop_first.emit(asio::cancellation_type::terminal);  // clean shutdown: release, then destroy
+        while (elected < 2) co_await sleep_for(1ms);
+        std::cout << "campaign cancel -> next leader: " << ms(steady::now() - cancelled) << " ms (lock-delay 3 s)\n";
+        BOOST_TEST(ms(steady::now() - cancelled) < 2000.0);  // no lock-delay was imposed
+        BOOST_TEST(tokens[1] > tokens[0]);
+        while (!first_done) co_await sleep_for(1ms);
+        stop_second.emit(asio::cancellation_type::terminal);
+        co_await sleep_for(100ms);
+    });
+}
+
+BOOST_AUTO_TEST_CASE(a_key_used_with_other_flags_is_a_conflict) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        std::optional<std::string> value = "not a lock";
+        co_await client->kv_put("itest/plain", value);
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 0ms));
+        tenure::election ea(a, "itest/plain", "a");
+        auto [ec, scope] = co_await ea.acquire(asio::as_tuple(asio::use_awaitable));
+        BOOST_TEST((ec == tenure::error::lock_conflict));
+        BOOST_TEST(!scope.held());
+        co_await a.close();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(reacquiring_a_held_key_with_the_same_session_is_handled) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 0ms));
+        std::optional<std::string> value = "a";
+        BOOST_REQUIRE(co_await client->kv_acquire("itest/again", a.id(), value, consul::lock_flag_value));
+        tenure::election ea(a, "itest/again", "a");
+        auto s = co_await ea.try_acquire();
+        BOOST_TEST(s.held());
+        BOOST_TEST(s.token() == 1u);  // the same term: LockIndex unchanged
+        BOOST_TEST(co_await s.confirm());
+        co_await a.close();
+    });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
