@@ -25,6 +25,13 @@ asio::awaitable<void> sleep_until(clock::time_point t) {
     co_await timer.async_wait(asio::use_awaitable);
 }
 
+// Sleeps `delay`, then doubles it (at most 1 s): the pause before retrying
+// after a transient error. `delay` lives in the caller's frame.
+asio::awaitable<void> pause_and_grow(clock::duration& delay) {
+    co_await sleep_until(clock::now() + delay);
+    delay = std::min<clock::duration>(delay * 2, 1s);
+}
+
 std::optional<leader_info> to_leader(std::optional<consul::kv_pair> const& p) {
     if (!p || p->session.empty()) return std::nullopt;
     return leader_info{p->value.value_or(""), p->session, p->lock_index, p->modify_index};
@@ -87,10 +94,7 @@ asio::awaitable<void> scope_state::monitor() {
         }
         if (status != scope_status::held) co_return;
         if (!r) {
-            auto [ec] = co_await asio::steady_timer(client.get_executor(), retry)
-                            .async_wait(asio::as_tuple(asio::use_awaitable));
-            if (ec) co_return;
-            retry = std::min<clock::duration>(retry * 2, 1s);
+            co_await pause_and_grow(retry);  // throws operation_aborted when the monitor is stopped
             continue;
         }
         auto const& pair = r->value;
@@ -143,8 +147,7 @@ asio::awaitable<leadership_scope> acquire_loop(std::shared_ptr<session_impl> ses
             transient = true;
         }
         if (transient) {
-            co_await sleep_until(clock::now() + error_retry);
-            error_retry = std::min<clock::duration>(error_retry * 2, 1s);
+            co_await pause_and_grow(error_retry);
             index = 0;
             continue;
         }
@@ -183,8 +186,7 @@ asio::awaitable<leadership_scope> acquire_loop(std::shared_ptr<session_impl> ses
             transient = true;
         }
         if (transient) {
-            co_await sleep_until(clock::now() + error_retry);
-            error_retry = std::min<clock::duration>(error_retry * 2, 1s);
+            co_await pause_and_grow(error_retry);
             index = 0;
             continue;
         }

@@ -5,8 +5,8 @@
 // oversize values, 500 for state errors.
 #include <tenure/detail/agent/http_api.hpp>
 #include <tenure/detail/duration.hpp>
+#include <tenure/detail/wire.hpp>
 
-#include <boost/beast/core/detail/base64.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
@@ -20,7 +20,6 @@
 namespace tenure::detail::agent {
 
 namespace json = boost::json;
-namespace base64 = boost::beast::detail::base64;
 
 namespace {
 
@@ -37,36 +36,10 @@ bool iequals(std::string_view a, std::string_view b) {
            });
 }
 
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-    std::uint64_t v = 0;
-    if (s.empty()) return std::nullopt;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
-    return v;
-}
-
 // Go's strconv error text, which Consul passes through as a 500 body.
 std::string strconv_error(std::string_view s) {
     bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     return "strconv.ParseUint: parsing \"" + std::string(s) + "\": " + (digits ? "value out of range" : "invalid syntax");
-}
-
-std::string b64_encode(std::string_view in) {
-    std::string out(base64::encoded_size(in.size()), '\0');
-    out.resize(base64::encode(out.data(), in.data(), in.size()));
-    return out;
-}
-
-std::optional<std::string> b64_decode(std::string_view in) {
-    if (in.size() % 4 != 0) return std::nullopt;
-    // Beast's decoder stops at the '=' padding and does not count it.
-    std::size_t padding = 0;
-    while (padding < 2 && padding < in.size() && in[in.size() - 1 - padding] == '=') ++padding;
-    std::string out(base64::decoded_size(in.size()), '\0');
-    auto [written, read] = base64::decode(out.data(), in.data(), in.size() - padding);
-    if (read != in.size() - padding) return std::nullopt;
-    out.resize(written);
-    return out;
 }
 
 response make_response(http::status status, std::string body, std::string_view content_type) {
@@ -166,7 +139,7 @@ json::object render_kv(kv_entry const& e) {
     o["LockIndex"] = e.lock_index;
     o["Key"] = e.key;
     o["Flags"] = e.flags;  // uint64: 16210313421097356768 must survive
-    if (e.value) o["Value"] = b64_encode(*e.value);
+    if (e.value) o["Value"] = base64_encode(*e.value);
     else o["Value"] = nullptr;
     if (!e.session.empty()) o["Session"] = e.session;
     o["CreateIndex"] = e.create_index;
@@ -569,7 +542,7 @@ api_outcome handler::txn() {
             op.verb = get_string(kv, "Verb").value_or("");
             op.key = get_string(kv, "Key").value_or("");
             if (auto s = get_string(kv, "Value")) {
-                auto decoded = b64_decode(*s);
+                auto decoded = base64_decode(*s);
                 if (!decoded) throw decode_error{"failed to decode value: illegal base64 data"};
                 if (decoded->size() > max_value)
                     return done(text(http::status::payload_too_large,

@@ -3,11 +3,11 @@
 // in-process).
 #include <tenure/consul/client.hpp>
 #include <tenure/detail/duration.hpp>
+#include <tenure/detail/wire.hpp>
 
 #include "transport.hpp"
 
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core/detail/base64.hpp>
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/parse.hpp>
@@ -24,7 +24,6 @@ namespace tenure::consul {
 namespace asio = boost::asio;
 namespace json = boost::json;
 namespace urls = boost::urls;
-namespace base64 = boost::beast::detail::base64;
 namespace http = boost::beast::http;
 using detail::http_response;
 using detail::steady_clock;
@@ -90,14 +89,6 @@ struct decode_failure {
     std::string what;
 };
 
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-    std::uint64_t v = 0;
-    if (s.empty()) return std::nullopt;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc{} || p != s.data() + s.size()) return std::nullopt;
-    return v;
-}
-
 std::string_view trim(std::string_view s) {
     auto const ws = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
     while (!s.empty() && ws(s.front())) s.remove_prefix(1);
@@ -105,22 +96,10 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
-std::string b64_encode(std::string_view in) {
-    std::string out(base64::encoded_size(in.size()), '\0');
-    out.resize(base64::encode(out.data(), in.data(), in.size()));
-    return out;
-}
-
-// Go's base64.StdEncoding (padded).
 std::string b64_decode(std::string_view in) {
-    if (in.size() % 4 != 0) throw decode_failure{"Value is not base64 (length " + std::to_string(in.size()) + ")"};
-    std::size_t pad = 0;
-    while (pad < 2 && pad < in.size() && in[in.size() - 1 - pad] == '=') ++pad;
-    std::string out(base64::decoded_size(in.size()), '\0');
-    auto const [written, read] = base64::decode(out.data(), in.data(), in.size() - pad);
-    if (read != in.size() - pad) throw decode_failure{"Value is not base64"};
-    out.resize(written);
-    return out;
+    auto out = tenure::detail::base64_decode(in);
+    if (!out) throw decode_failure{"Value is not base64 (length " + std::to_string(in.size()) + ")"};
+    return std::move(*out);
 }
 
 json::object const& as_object(json::value const& v, std::string_view what) {
@@ -280,7 +259,7 @@ std::string encode_txn(std::vector<txn_op> const& ops) {
         json::object kv;
         kv["Verb"] = op.verb;
         kv["Key"] = op.key;
-        if (op.value) kv["Value"] = b64_encode(*op.value);
+        if (op.value) kv["Value"] = tenure::detail::base64_encode(*op.value);
         kv["Flags"] = op.flags;
         kv["Index"] = op.index;
         kv["Session"] = op.session;
@@ -301,10 +280,10 @@ std::string encode_check(check_registration const& c) {
 
 query_meta decode_meta(http::fields const& h) {
     query_meta m;
-    m.index = parse_u64(trim(h["X-Consul-Index"])).value_or(0);
+    m.index = tenure::detail::parse_u64(trim(h["X-Consul-Index"])).value_or(0);
     if (m.index < 1) m.index = 1;
     m.known_leader = trim(h["X-Consul-KnownLeader"]) == "true";
-    m.last_contact_ms = parse_u64(trim(h["X-Consul-LastContact"])).value_or(0);
+    m.last_contact_ms = tenure::detail::parse_u64(trim(h["X-Consul-LastContact"])).value_or(0);
     return m;
 }
 
@@ -377,7 +356,7 @@ parsed_address parse_address(std::string const& text) {
     }
     if (a.host.empty()) bad_address(text, "missing host");
     if (u->has_port()) {
-        auto const p = parse_u64(u->port());
+        auto const p = tenure::detail::parse_u64(u->port());
         if (!p || *p == 0 || *p > 65535) bad_address(text, "port must be a number from 1 to 65535");
         a.port = static_cast<std::uint16_t>(*p);
     }

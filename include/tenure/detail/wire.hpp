@@ -1,0 +1,20 @@
+// Small encodings shared by the agent and the client: Consul's KV values are
+// standard padded base64 in JSON, and its numbers (flags, indexes) are uint64.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tenure::detail {
+
+// Decimal uint64, the whole string (no sign, no spaces); nullopt otherwise.
+std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept;
+
+// Go's base64.StdEncoding (padded).
+std::string base64_encode(std::string_view in);
+// nullopt when `in` is not padded standard base64.
+std::optional<std::string> base64_decode(std::string_view in);
+
+}  // namespace tenure::detail
