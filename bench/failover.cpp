@@ -52,35 +52,42 @@ asio::awaitable<void> candidate(tenure::consul::client& client, config const& cf
     so.name = "bench-" + std::to_string(id);
     so.ttl = 10s;
     so.lock_delay = scenario == "clean" ? 0ms : std::chrono::milliseconds(cfg.lock_delay_ms);
-    while (!st.done) {
-        auto s = co_await tenure::session::create(client, so);
-        tenure::election e(s, key, so.name);
+    tenure::session s;
+    try {
         while (!st.done) {
-            auto [ec, scope] = co_await e.acquire(asio::as_tuple(asio::deferred));
-            if (ec) break;  // our session was destroyed: campaign with a new one
-            auto now = steady::now();
-            if (st.measuring) st.samples.push_back(ms(now - st.term_end));
-            st.measuring = true;
-            if (static_cast<int>(st.samples.size()) >= st.wanted) {
-                st.done = true;
-                co_await scope.release();
-                break;
-            }
-            // End the term.
-            st.term_end = steady::now();
-            if (scenario == "clean") {
-                co_await scope.release();
-            } else {
-                co_await client.session_destroy(s.id());
-                co_await scope.wait_lost(asio::as_tuple(asio::deferred));
-                break;
-            }
-            if (st.samples.size() % 50 == 0) {
-                std::fprintf(stderr, "\r  %s: %zu/%d handovers", scenario.c_str(), st.samples.size(), st.wanted);
+            s = co_await tenure::session::create(client, so);
+            tenure::election e(s, key, so.name);
+            while (!st.done) {
+                auto [ec, scope] = co_await e.acquire(asio::as_tuple(asio::use_awaitable));
+                if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
+                if (ec) break;  // our session was destroyed: campaign with a new one
+                auto now = steady::now();
+                if (st.measuring && !st.done) st.samples.push_back(ms(now - st.term_end));
+                st.measuring = true;
+                if (static_cast<int>(st.samples.size()) >= st.wanted) {
+                    st.done = true;
+                    co_await scope.release();
+                    break;
+                }
+                // End the term.
+                st.term_end = steady::now();
+                if (scenario == "clean") {
+                    co_await scope.release();
+                } else {
+                    co_await client.session_destroy(s.id());
+                    co_await scope.wait_lost(asio::as_tuple(asio::use_awaitable));
+                    break;
+                }
+                if (st.samples.size() % 50 == 0)
+                    std::fprintf(stderr, "\r  %s: %zu/%d handovers", scenario.c_str(), st.samples.size(), st.wanted);
             }
         }
-        if (s.state() != tenure::session_state::lost) co_await s.close(asio::as_tuple(asio::deferred));
+    } catch (boost::system::system_error const& e) {
+        if (e.code() != asio::error::operation_aborted) throw;
     }
+    // Stopped (or done): close the session before the client goes away.
+    co_await asio::this_coro::reset_cancellation_state();
+    if (s.valid() && s.state() != tenure::session_state::lost) co_await s.close(asio::as_tuple(asio::use_awaitable));
 }
 
 double pct(std::vector<double> v, double p) {
@@ -98,6 +105,7 @@ asio::awaitable<void> bench(config cfg, std::string url) {
                 "p90 ms", "p99 ms", "max ms", "p50 overshoot");
     for (auto const& sc : scenarios) {
         std::vector<std::unique_ptr<tenure::consul::client>> clients;
+        std::vector<std::unique_ptr<asio::cancellation_signal>> stops;
         run_state st;
         st.wanted = cfg.handovers;
         auto ex = co_await asio::this_coro::executor;
@@ -107,7 +115,9 @@ asio::awaitable<void> bench(config cfg, std::string url) {
             tenure::consul::client_config cc;
             cc.address = url;
             clients.push_back(std::make_unique<tenure::consul::client>(ex, cc));
-            asio::co_spawn(ex, candidate(*clients.back(), cfg, sc, key, i, st), [&](std::exception_ptr e) {
+            stops.push_back(std::make_unique<asio::cancellation_signal>());
+            asio::co_spawn(ex, candidate(*clients.back(), cfg, sc, key, i, st),
+                           asio::bind_cancellation_slot(stops.back()->slot(), [&](std::exception_ptr e) {
                 ++finished;
                 if (e) {
                     try {
@@ -117,14 +127,19 @@ asio::awaitable<void> bench(config cfg, std::string url) {
                     }
                     st.done = true;
                 }
-            });
+            }));
         }
         asio::steady_timer t(ex);
         while (!st.done) {
             t.expires_after(10ms);
             co_await t.async_wait(asio::use_awaitable);
         }
-        // The others are still blocked in acquire: stopping the io_context ends them.
+        // The others are still blocked in acquire: stop them and let them close their sessions.
+        for (auto& stop : stops) stop->emit(asio::cancellation_type::terminal);
+        while (finished < cfg.candidates) {
+            t.expires_after(5ms);
+            co_await t.async_wait(asio::use_awaitable);
+        }
         std::fprintf(stderr, "\r%60s\r", "");
         double delay = sc == "clean" ? 0.0 : cfg.lock_delay_ms;
         std::printf("%-9s %4d %6zu %8.0f ms %9.3f %9.3f %9.3f %9.3f %9.3f ms\n", sc.c_str(), cfg.candidates,
@@ -132,7 +147,6 @@ asio::awaitable<void> bench(config cfg, std::string url) {
                     st.samples.empty() ? 0.0 : *std::max_element(st.samples.begin(), st.samples.end()),
                     pct(st.samples, 50) - delay);
         for (auto& c : clients) c->close();
-        (void)finished;
     }
 }
 
