@@ -90,15 +90,18 @@ asio::awaitable<T> with_deadline(asio::awaitable<T> op, clock::time_point deadli
 
 struct scope_state;
 
+// The backend-agnostic half of a session: the renewal loop driven by
+// session_fsm, loss propagation to scopes, close. A backend (Consul here;
+// etcd's lease later) supplies the remote operations.
 struct session_impl : std::enable_shared_from_this<session_impl> {
-    session_impl(consul::client& c, session_options o, std::string id, clock::time_point created_sent_at)
-        : client(c), options(std::move(o)), id(std::move(id)), fsm(options.ttl, created_sent_at),
-          wake(c.get_executor()), lost_event(c.get_executor()) {}
+    session_impl(asio::any_io_executor ex, session_options o, std::string id, clock::time_point created_sent_at)
+        : executor(ex), options(std::move(o)), id(std::move(id)), fsm(options.ttl, created_sent_at), wake(ex),
+          lost_event(ex) {}
+    virtual ~session_impl() = default;
 
-    consul::client& client;
+    asio::any_io_executor executor;
     session_options options;
     std::string id;
-    std::string check_id;  // application health check, if any
     session_fsm fsm;
     asio::steady_timer wake;  // the renewal loop's timer
     event lost_event;
@@ -107,40 +110,74 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     std::vector<std::function<void(session_state)>> callbacks;
     std::vector<std::weak_ptr<scope_state>> scopes;
 
+    // ---- backend operations ----
+    // One renewal: true when acknowledged, false when the server no longer
+    // knows the session (it was invalidated). Throws on transport errors.
+    virtual asio::awaitable<bool> renew_once() = 0;
+    // After a successful renewal (application health heartbeat).
+    virtual asio::awaitable<void> after_renewal() { co_return; }
+    // Destroys the session on the server (after its keys were released).
+    virtual asio::awaitable<void> destroy_remote() = 0;
+    // Last step of close(), errors ignored (deregister a health check).
+    virtual asio::awaitable<void> cleanup() { co_return; }
+    // Campaigns for `key` until held (or one attempt when `once`); nullptr
+    // when `once` and not acquired. The scope is registered and monitored.
+    virtual asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) = 0;
+    virtual asio::awaitable<std::optional<leader_info>> read_leader(std::string key) = 0;
+
     void start();
     asio::awaitable<void> renew_loop();
-    asio::awaitable<void> heartbeat();
     void notify(session_state s);
     void mark_lost(boost::system::error_code why);
     asio::awaitable<void> close();
+    // Registers a freshly acquired scope and starts its monitor.
+    void adopt(std::shared_ptr<scope_state> const& s);
 };
 
 enum class scope_status { held, released, lost };
 
+// The backend-agnostic half of a held key (or permit).
 struct scope_state : std::enable_shared_from_this<scope_state> {
     scope_state(std::shared_ptr<session_impl> s, std::string k, std::string v)
-        : session(std::move(s)), key(std::move(k)), value(std::move(v)), lost_event(session->client.get_executor()) {}
+        : session(std::move(s)), key(std::move(k)), value(std::move(v)), lost_event(session->executor) {}
+    virtual ~scope_state() = default;
 
     std::shared_ptr<session_impl> session;
     std::string key;
     std::string value;
     std::uint64_t token = 0;
-    std::uint64_t modify_index = 0;
     scope_status status = scope_status::held;
     boost::system::error_code reason;
     event lost_event;
     asio::cancellation_signal monitor_cancel;
 
+    // ---- backend operations ----
+    // Watches the key until loss (calling lose()) or cancellation.
+    virtual asio::awaitable<void> monitor() = 0;
+    // Gives the key up on the server.
+    virtual asio::awaitable<void> send_release() = 0;
+    // Checks with a consistent read that the key is still ours: {} if so,
+    // else why not.
+    virtual asio::awaitable<boost::system::error_code> check_held() = 0;
+
     void start_monitor();
-    asio::awaitable<void> monitor();
     void lose(boost::system::error_code why);
-    // Marks the scope released and stops the monitor; the caller sends ?release=.
+    // Marks the scope released and stops the monitor; true when the caller
+    // should send the release to the server.
     bool begin_release();
-    asio::awaitable<void> send_release();
 };
 
 struct scope_access {
     static leadership_scope make(std::shared_ptr<scope_state> s) { return leadership_scope(std::move(s)); }
 };
+
+// Sleeps `delay`, then doubles it (at most 1 s): the pause before retrying
+// after a transient error. `delay` lives in the caller's frame.
+asio::awaitable<void> pause_and_grow(clock::duration& delay);
+asio::awaitable<void> sleep_until(clock::time_point t);
+inline bool is_abort(boost::system::system_error const& e) { return e.code() == asio::error::operation_aborted; }
+
+// Consul's session and lock algorithm (src/consul/lock.cpp).
+asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::client& client, session_options options);
 
 }  // namespace tenure::detail

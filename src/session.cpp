@@ -1,11 +1,9 @@
+// The backend-agnostic session: renewal loop, loss propagation, close.
 #include "primitives.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/this_coro.hpp>
-
-#include <cstdio>
-#include <random>
 
 namespace tenure {
 
@@ -23,14 +21,28 @@ asio::awaitable<void> event::wait() {
     }
 }
 
+asio::awaitable<void> sleep_until(clock::time_point t) {
+    asio::steady_timer timer(co_await asio::this_coro::executor, t);
+    co_await timer.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> pause_and_grow(clock::duration& delay) {
+    co_await sleep_until(clock::now() + delay);
+    delay = std::min<clock::duration>(delay * 2, std::chrono::seconds{1});
+}
+
 void session_impl::start() {
-    asio::co_spawn(client.get_executor(), [self = shared_from_this()]() { return self->renew_loop(); },
-                   asio::detached);
+    asio::co_spawn(executor, [self = shared_from_this()]() { return self->renew_loop(); }, asio::detached);
 }
 
 void session_impl::notify(session_state s) {
     for (auto const& cb : callbacks)
         if (cb) cb(s);
+}
+
+void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
+    scopes.push_back(s);
+    s->start_monitor();
 }
 
 void session_impl::mark_lost(boost::system::error_code why) {
@@ -44,17 +56,6 @@ void session_impl::mark_lost(boost::system::error_code why) {
     for (auto& w : held)
         if (auto s = w.lock()) s->lose(why);
     notify(session_state::lost);
-}
-
-asio::awaitable<void> session_impl::heartbeat() {
-    if (check_id.empty()) co_return;
-    bool healthy = !options.health_probe || options.health_probe();
-    try {
-        if (healthy) co_await client.check_pass(check_id, "tenure: session renewed");
-        else co_await client.check_fail(check_id, "tenure: application health probe failed");
-    } catch (boost::system::system_error const&) {
-        // A missed heartbeat shows up as the check (and so the session) expiring.
-    }
 }
 
 // The renewal loop: wakes for the next renewal or the local deadline,
@@ -80,7 +81,7 @@ asio::awaitable<void> session_impl::renew_loop() {
         auto const attempt_deadline =
             std::min(fsm.local_deadline(), sent + std::max<clock::duration>(fsm.ttl() / 4, fsm.retry_interval()));
         try {
-            auto renewed = co_await with_deadline(client.session_renew(id), attempt_deadline);
+            bool renewed = co_await with_deadline(renew_once(), attempt_deadline);
             if (closing) break;
             if (!renewed) {
                 fsm.invalidated();
@@ -88,7 +89,7 @@ asio::awaitable<void> session_impl::renew_loop() {
                 break;
             }
             fsm.renew_succeeded(sent, clock::now());
-            co_await heartbeat();
+            co_await after_renewal();
         } catch (boost::system::system_error const&) {
             if (closing) break;
             fsm.renew_failed(clock::now());
@@ -120,16 +121,14 @@ asio::awaitable<void> session_impl::close() {
     boost::system::error_code first_error;
     if (!lost_event.is_set()) {
         try {
-            co_await client.session_destroy(id);
+            co_await destroy_remote();
         } catch (boost::system::system_error const& e) {
             first_error = e.code();
         }
     }
-    if (!check_id.empty()) {
-        try {
-            co_await client.check_deregister(check_id);
-        } catch (boost::system::system_error const&) {
-        }
+    try {
+        co_await cleanup();
+    } catch (boost::system::system_error const&) {
     }
     if (!lost_event.is_set()) {
         fsm.lose(error::leadership_lost);
@@ -155,55 +154,16 @@ session& session::operator=(session&& other) noexcept {
 session::~session() {
     if (!impl_ || impl_->closing) return;
     auto impl = impl_;
-    asio::co_spawn(impl->client.get_executor(), [impl]() { return impl->close(); }, asio::detached);
+    asio::co_spawn(impl->executor, [impl]() { return impl->close(); }, asio::detached);
 }
-
-namespace {
-// A unique check ID per session: two sessions of one process must not share a check.
-std::string unique_check_id(std::string const& name) {
-    static std::mt19937_64 rng{std::random_device{}()};
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
-    return "tenure-health:" + name + ":" + buf;
-}
-}  // namespace
 
 asio::awaitable<session> session::create_impl(consul::client& client, session_options options) {
-    if (options.ttl.count() < 0) throw boost::system::system_error(make_error_code(std::errc::invalid_argument));
-    consul::session_request req;
-    req.name = options.name;
-    req.ttl = options.ttl;
-    req.lock_delay = options.lock_delay;
-    req.behavior = options.behavior;
-    req.node_checks = options.node_checks;
-
-    std::string check_id;
-    if (options.health_check_ttl) {
-        // Register the application's TTL check passing, then bind it.
-        check_id = unique_check_id(options.name);
-        consul::check_registration reg;
-        reg.id = check_id;
-        reg.name = "tenure session health: " + options.name;
-        reg.ttl = *options.health_check_ttl;
-        reg.status = "passing";
-        co_await client.check_register(reg);
-        std::vector<std::string> checks = options.node_checks.value_or(std::vector<std::string>{"serfHealth"});
-        checks.push_back(check_id);
-        req.node_checks = std::move(checks);
-    }
-
-    auto const sent = clock::now();
-    std::string id = co_await client.session_create(req);
-    auto impl = std::make_shared<detail::session_impl>(client, std::move(options), std::move(id), sent);
-    impl->check_id = std::move(check_id);
-    impl->start();
-    co_return session(std::move(impl));
+    co_return session(co_await detail::create_consul_session(client, std::move(options)));
 }
 
 std::string const& session::id() const { return impl_->id; }
 session_options const& session::options() const { return impl_->options; }
-consul::client& session::client() const { return impl_->client; }
-session::executor_type session::get_executor() const { return impl_->client.get_executor(); }
+session::executor_type session::get_executor() const { return impl_->executor; }
 session_state session::state() const { return impl_->fsm.state(); }
 boost::system::error_code session::lost_reason() const { return impl_->lost_reason; }
 session::clock::time_point session::local_deadline() const { return impl_->fsm.local_deadline(); }

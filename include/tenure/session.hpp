@@ -74,7 +74,6 @@ public:
     bool valid() const noexcept { return impl_ != nullptr; }
     std::string const& id() const;
     session_options const& options() const;
-    consul::client& client() const;
     executor_type get_executor() const;
 
     session_state state() const;
