@@ -1,7 +1,7 @@
 // Consul's session and lock algorithm behind tenure's session and election:
 // PUT /v1/session/renew, KV ?acquire= / ?release= with the Go api's lock flag
 // value, consistent blocking queries for followers and the leader's monitor.
-#include "../primitives.hpp"
+#include "lock.hpp"
 
 #include <boost/asio/this_coro.hpp>
 
@@ -10,12 +10,10 @@
 
 namespace tenure::detail {
 
-namespace {
-
 using namespace std::chrono_literals;
 using boost::system::system_error;
 
-constexpr auto follower_wait = 30s;  // blocking-query wait of followers and monitors
+namespace {
 
 // A unique check ID per session: two sessions of one process must not share a check.
 std::string unique_check_id(std::string const& name) {
@@ -24,78 +22,30 @@ std::string unique_check_id(std::string const& name) {
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
     return "tenure-health:" + name + ":" + buf;
 }
+}  // namespace
 
-consul::read_options consistent_read(std::uint64_t index = 0) {
+consul::read_options consistent_read(std::uint64_t index, std::chrono::nanoseconds wait) {
     consul::read_options ro;
     ro.mode = consul::consistency::consistent;
     if (index != 0) {
         ro.index = index;
-        ro.wait = follower_wait;
+        ro.wait = wait;
     }
     return ro;
 }
 
-struct consul_session;
+asio::awaitable<void> consul_lock_scope::send_release() {
+    auto self = shared_from_this();
+    co_await client.kv_release(key, session->id, value, consul::lock_flag_value);
+}
 
-struct consul_lock_scope final : scope_state {
-    consul_lock_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, consul::client& c)
-        : scope_state(std::move(s), std::move(k), std::move(v)), client(c) {}
-
-    consul::client& client;
-    std::uint64_t modify_index = 0;
-
-    asio::awaitable<void> monitor() override;
-    asio::awaitable<void> send_release() override {
-        auto self = shared_from_this();
-        co_await client.kv_release(key, session->id, value, consul::lock_flag_value);
-    }
-    asio::awaitable<boost::system::error_code> check_held() override {
-        auto self = shared_from_this();
-        auto r = co_await client.kv_get(key, consistent_read());
-        if (!r.value) co_return make_error_code(error::key_deleted);
-        if (r.value->session != session->id) co_return make_error_code(error::released_by_other);
-        co_return boost::system::error_code{};
-    }
-};
-
-struct consul_session final : session_impl {
-    consul_session(consul::client& c, session_options o, std::string id, clock::time_point sent)
-        : session_impl(c.get_executor(), std::move(o), std::move(id), sent), client(c) {}
-
-    consul::client& client;
-    std::string check_id;  // application health check, if any
-
-    asio::awaitable<bool> renew_once() override {
-        auto renewed = co_await client.session_renew(id);
-        co_return renewed.has_value();
-    }
-
-    asio::awaitable<void> after_renewal() override {
-        if (check_id.empty()) co_return;
-        bool healthy = !options.health_probe || options.health_probe();
-        try {
-            if (healthy) co_await client.check_pass(check_id, "tenure: session renewed");
-            else co_await client.check_fail(check_id, "tenure: application health probe failed");
-        } catch (system_error const&) {
-            // A missed heartbeat shows up as the check (and so the session) expiring.
-        }
-    }
-
-    asio::awaitable<void> destroy_remote() override { co_await client.session_destroy(id); }
-
-    asio::awaitable<void> cleanup() override {
-        if (!check_id.empty()) co_await client.check_deregister(check_id);
-    }
-
-    asio::awaitable<std::optional<leader_info>> read_leader(std::string key) override {
-        auto r = co_await client.kv_get(key);
-        if (!r.value || r.value->session.empty()) co_return std::nullopt;
-        co_return leader_info{r.value->value.value_or(""), r.value->session, r.value->lock_index,
-                              r.value->modify_index};
-    }
-
-    asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
-};
+asio::awaitable<boost::system::error_code> consul_lock_scope::check_held() {
+    auto self = shared_from_this();
+    auto r = co_await client.kv_get(key, consistent_read());
+    if (!r.value) co_return make_error_code(error::key_deleted);
+    if (r.value->session != session->id) co_return make_error_code(error::released_by_other);
+    co_return boost::system::error_code{};
+}
 
 // Watches the key with consistent blocking queries; loss when the key is gone
 // or held by another session. Errors are retried: the session's local
@@ -230,8 +180,6 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::strin
         index = 0;
     }
 }
-
-}  // namespace
 
 asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::client& client, session_options options) {
     if (options.ttl.count() < 0) throw system_error(make_error_code(std::errc::invalid_argument));

@@ -1,0 +1,66 @@
+// Consul's session and lock scope (internal): shared by the election
+// (src/consul/lock.cpp) and the semaphore.
+#pragma once
+
+#include "../primitives.hpp"
+
+namespace tenure::detail {
+
+// Consistent read options; with an index, a blocking query of `wait`.
+consul::read_options consistent_read(std::uint64_t index = 0,
+                                     std::chrono::nanoseconds wait = std::chrono::seconds{30});
+
+struct consul_session;
+
+struct consul_lock_scope final : scope_state {
+    consul_lock_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, consul::client& c)
+        : scope_state(std::move(s), std::move(k), std::move(v)), client(c) {}
+
+    consul::client& client;
+    std::uint64_t modify_index = 0;
+
+    asio::awaitable<void> monitor() override;
+    asio::awaitable<void> send_release() override;
+    asio::awaitable<boost::system::error_code> check_held() override;
+};
+
+struct consul_session final : session_impl {
+    consul_session(consul::client& c, session_options o, std::string id, clock::time_point sent)
+        : session_impl(c.get_executor(), std::move(o), std::move(id), sent), client(c) {}
+
+    consul::client& client;
+    std::string check_id;  // application health check, if any
+
+    asio::awaitable<bool> renew_once() override {
+        auto renewed = co_await client.session_renew(id);
+        co_return renewed.has_value();
+    }
+
+    asio::awaitable<void> after_renewal() override {
+        if (check_id.empty()) co_return;
+        bool healthy = !options.health_probe || options.health_probe();
+        try {
+            if (healthy) co_await client.check_pass(check_id, "tenure: session renewed");
+            else co_await client.check_fail(check_id, "tenure: application health probe failed");
+        } catch (boost::system::system_error const&) {
+            // A missed heartbeat shows up as the check (and so the session) expiring.
+        }
+    }
+
+    asio::awaitable<void> destroy_remote() override { co_await client.session_destroy(id); }
+
+    asio::awaitable<void> cleanup() override {
+        if (!check_id.empty()) co_await client.check_deregister(check_id);
+    }
+
+    asio::awaitable<std::optional<leader_info>> read_leader(std::string key) override {
+        auto r = co_await client.kv_get(key);
+        if (!r.value || r.value->session.empty()) co_return std::nullopt;
+        co_return leader_info{r.value->value.value_or(""), r.value->session, r.value->lock_index,
+                              r.value->modify_index};
+    }
+
+    asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
+};
+
+}  // namespace tenure::detail
