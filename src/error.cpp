@@ -23,6 +23,12 @@ public:
         case error::unexpected_response: return "unexpected response from the server";
         case error::http_status: return "the server answered with an error status";
         case error::agent_stopped: return "agent stopped";
+        case error::etcd_error: return "etcd answered an error";
+        case error::etcd_compacted: return "etcd: the requested revision has been compacted";
+        case error::lease_not_found: return "etcd: requested lease not found";
+        case error::etcd_unavailable: return "etcd unavailable";
+        case error::watch_canceled: return "etcd canceled the watch";
+        case error::semaphore_limit_conflict: return "semaphore limit conflict: .lock holds another Limit";
         }
         return "unknown tenure error";
     }

@@ -3,6 +3,7 @@
 
 #include <tenure/election.hpp>
 #include <tenure/leadership_scope.hpp>
+#include <tenure/semaphore.hpp>
 #include <tenure/session.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -124,6 +125,14 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     // when `once` and not acquired. The scope is registered and monitored.
     virtual asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) = 0;
     virtual asio::awaitable<std::optional<leader_info>> read_leader(std::string key) = 0;
+    // Semaphore permits (src/consul/semaphore.cpp): campaigns for one of
+    // `limit` slots under `prefix` until admitted (or one attempt when
+    // `once`); nullptr when `once` and full. The permit scope is registered
+    // and monitored. Default: error::operation_not_supported.
+    virtual asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit,
+                                                                         std::string value, bool once);
+    // The semaphore's coordination state (for tools).
+    virtual asio::awaitable<semaphore_state> read_semaphore(std::string prefix, int limit);
 
     void start();
     asio::awaitable<void> renew_loop();

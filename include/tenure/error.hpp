@@ -20,6 +20,14 @@ enum class error {
     unexpected_response,   // the server answered something this client cannot parse
     http_status,           // the server answered with an error status (see diagnostics)
     agent_stopped,         // the embedded agent was stopped
+    // tenure::etcd::client (the gRPC code and message stay on etcd::api_error)
+    etcd_error,            // etcd answered a gRPC error not listed below
+    etcd_compacted,        // the revision asked for has been compacted (see api_error::compact_revision())
+    lease_not_found,       // etcd does not know the lease (never granted, revoked or expired)
+    etcd_unavailable,      // etcd answered Unavailable (no leader, request timed out, member stopping)
+    watch_canceled,        // etcd canceled a watch for a reason other than compaction
+    // tenure::semaphore
+    semaphore_limit_conflict,  // the semaphore's .lock carries another Limit than ours
 };
 
 boost::system::error_category const& error_category() noexcept;

@@ -61,6 +61,11 @@ struct consul_session final : session_impl {
     }
 
     asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
+
+    // Consul's semaphore protocol (src/consul/semaphore.cpp).
+    asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,
+                                                                 bool once) override;
+    asio::awaitable<semaphore_state> read_semaphore(std::string prefix, int limit) override;
 };
 
 }  // namespace tenure::detail

@@ -9,6 +9,7 @@
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
+#include <tenure/launch.hpp>
 
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -518,6 +519,37 @@ BOOST_AUTO_TEST_CASE(reacquiring_a_held_key_with_the_same_session_is_handled) {
         BOOST_TEST(co_await s.confirm());
         co_await a.close();
     });
+}
+
+BOOST_AUTO_TEST_CASE(client_operations_take_completion_tokens_through_launch) {
+    auto client = make_client();
+    std::optional<std::string> value = "v";
+    bool put_done = false, got = false;
+    // A plain callback as the token: no coroutine on the caller's side.
+    tenure::launch(io.get_executor(), client->kv_put("itest/launch", value), [&](error_code ec, bool ok) {
+        BOOST_TEST(!ec);
+        BOOST_TEST(ok);
+        put_done = true;
+        tenure::launch(io.get_executor(), client->kv_get("itest/launch"),
+                       [&](error_code ec2, consul::read_result<std::optional<consul::kv_pair>> r) {
+                           BOOST_TEST(!ec2);
+                           BOOST_REQUIRE(r.value.has_value());
+                           BOOST_TEST(*r.value->value == "v");
+                           got = true;
+                           io.stop();
+                       });
+    });
+    // An HTTP error arrives as the error_code.
+    std::optional<std::string> none;
+    error_code acquire_ec;
+    tenure::launch(io.get_executor(), client->kv_acquire("itest/launch2", "not-a-session", none),
+                   [&](error_code ec, bool) { acquire_ec = ec; });
+    io.run_for(10s);
+    BOOST_TEST(put_done);
+    BOOST_TEST(got);
+    io.restart();
+    io.run_for(2s);
+    BOOST_TEST((acquire_ec == tenure::error::http_status));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

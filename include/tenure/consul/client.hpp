@@ -5,7 +5,8 @@
 // boost::system::system_error) on failure: the error_code is in tenure's
 // categories, and the HTTP status and the server's message are carried along.
 // The primitives built on top (session, election, leadership_scope) expose
-// Asio's universal completion-token model.
+// Asio's universal completion-token model; tenure::launch (launch.hpp) runs
+// any of these operations with a completion token too.
 //
 // Two transports: HTTP/1.1 over a keep-alive connection pool (Boost.Beast),
 // or in-process against a tenure::agent on the same io_context (no sockets).

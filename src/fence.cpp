@@ -1,0 +1,51 @@
+// tenure::fence and the fenced Consul write.
+#include <tenure/fence.hpp>
+
+#include <boost/system/system_error.hpp>
+
+namespace tenure {
+
+bool fence::admit(std::string key, std::uint64_t token) {
+    auto it = highest_.find(key);
+    if (it == highest_.end()) {
+        highest_.emplace(std::move(key), token);
+        return true;
+    }
+    if (token < it->second) return false;
+    it->second = token;
+    return true;
+}
+
+bool fence::would_admit(std::string const& key, std::uint64_t token) const noexcept {
+    auto it = highest_.find(key);
+    return it == highest_.end() || token >= it->second;
+}
+
+std::uint64_t fence::highest(std::string const& key) const noexcept {
+    auto it = highest_.find(key);
+    return it == highest_.end() ? 0 : it->second;
+}
+
+namespace consul {
+
+boost::asio::awaitable<bool> fenced_put_impl(std::string key, std::string session, client& c,
+                                             std::vector<txn_op> writes) {
+    if (key.empty() || session.empty()) throw boost::system::system_error(make_error_code(error::not_held));
+    std::vector<txn_op> ops;
+    ops.reserve(writes.size() + 1);
+    txn_op guard;
+    guard.verb = "check-session";
+    guard.key = std::move(key);
+    guard.session = std::move(session);
+    ops.push_back(std::move(guard));
+    for (auto& w : writes) ops.push_back(std::move(w));
+    txn_result r = co_await c.txn(std::move(ops));
+    if (r.committed) co_return true;
+    for (auto const& e : r.errors)
+        if (e.op_index == 0) throw boost::system::system_error(make_error_code(error::not_held));
+    co_return false;
+}
+
+}  // namespace consul
+
+}  // namespace tenure
