@@ -1,12 +1,15 @@
 // The `tenure` command line.
 //
-//   tenure agent [flags]     run the embedded Consul-compatible agent
-//   tenure help [command]    usage
+//   tenure agent [flags]                   run the embedded Consul-compatible agent
+//   tenure lock [flags] <prefix> <child...>  run a command holding a lock (lock.cpp)
+//   tenure leader [flags] <key>            print the holder of a lock key (leader.cpp)
+//   tenure help [command]                  usage
 //   tenure --version
 //
 // Flags follow Consul's (Go's) style: `-flag value`, `-flag=value` and
-// `--flag` are all accepted. Subcommands are rows of `commands` below; `lock`
-// and `leader` slot in there.
+// `--flag` are all accepted. Subcommands are rows of `commands` below.
+#include "cli.hpp"
+
 #include <tenure/agent.hpp>
 #include <tenure/detail/duration.hpp>
 #include <tenure/detail/log.hpp>
@@ -41,12 +44,11 @@ namespace po = boost::program_options;
 constexpr std::string_view tenure_version = "0.1.0";
 
 // Bad command line: the message, then the command's usage, on stderr; exit 1.
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using tenure::cli::usage_error;
 
 struct command {
     std::string_view name;
+    std::string_view arguments;  // after `tenure <name>`
     std::string_view synopsis;
     int (*run)(std::vector<std::string> args);  // the arguments after the command name
     void (*help)(std::ostream&);
@@ -56,7 +58,11 @@ int run_agent(std::vector<std::string> args);
 void agent_help(std::ostream& os);
 
 constexpr command commands[] = {
-    {"agent", "Runs the embedded Consul-compatible agent", run_agent, agent_help},
+    {"agent", "[options]", "Runs the embedded Consul-compatible agent", run_agent, agent_help},
+    {"leader", "[-watch] [options] <key>", "Prints the holder of a lock key, or each change with -watch",
+     tenure::cli::run_leader, tenure::cli::leader_help},
+    {"lock", "[options] <prefix> <child...>", "Executes a command holding a lock (like consul lock)",
+     tenure::cli::run_lock, tenure::cli::lock_help},
 };
 
 command const* find_command(std::string_view name) {
@@ -69,6 +75,8 @@ void print_usage(std::ostream& os) {
     os << "Usage: tenure [--version] [--help] <command> [<args>]\n\n"
           "Available commands are:\n";
     for (auto const& c : commands) os << "    " << std::left << std::setw(10) << c.name << c.synopsis << '\n';
+    os << "\nUsage of each command:\n";
+    for (auto const& c : commands) os << "    tenure " << c.name << ' ' << c.arguments << '\n';
     os << "\nRun \"tenure help <command>\" or \"tenure <command> -help\" for the command's flags.\n";
 }
 

@@ -1,0 +1,578 @@
+// `tenure lock` and `tenure leader`: the real `tenure` binary against a real
+// `tenure agent` (one per test case, -session-ttl-min 100ms), over HTTP.
+//
+// The test drives the command line the way a user does: it starts the
+// processes, reads their stdout line by line, writes to the stdin of a child
+// that holds the lock to let it finish, and awaits exits (pidfd). Nothing
+// sleeps for a fixed time except where absence is asserted (a second holder
+// that must not run).
+#include "agent_process.hpp"
+#include "http_client.hpp"
+
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef TENURE_BINARY
+#error "TENURE_BINARY must name the tenure executable"
+#endif
+
+namespace json = boost::json;
+using namespace tenure::itest;
+using namespace std::chrono_literals;
+
+namespace {
+
+int remaining_ms(steady::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
+    return left < 0 ? 0 : static_cast<int>(left);
+}
+
+std::string slurp(int fd) {
+    std::string out;
+    char chunk[4096];
+    off_t off = 0;
+    for (;;) {
+        ssize_t n = ::pread(fd, chunk, sizeof chunk, off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        out.append(chunk, static_cast<std::size_t>(n));
+        off += n;
+    }
+    return out;
+}
+
+// A `tenure` process: stdout through a pipe (read line by line), stderr into
+// an unlinked temporary file, stdin a pipe (or /dev/null). The destructor
+// stops it (SIGTERM, then SIGKILL) if it still runs.
+class tenure_process {
+public:
+    explicit tenure_process(std::vector<std::string> args, bool stdin_pipe = false) {
+        args.insert(args.begin(), TENURE_BINARY);
+        char tmpl[] = "/tmp/tenure-itest-cli-XXXXXX";
+        err_fd_ = ::mkostemp(tmpl, O_CLOEXEC);
+        if (err_fd_ < 0) throw std::runtime_error("mkostemp failed");
+        ::unlink(tmpl);
+        int out[2], in[2] = {-1, -1};
+        if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+        if (stdin_pipe && ::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        pid_t const parent = ::getpid();
+        pid_ = ::fork();
+        if (pid_ < 0) throw std::runtime_error("fork failed");
+        if (pid_ == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a crashed test must not leave locks behind
+            if (::getppid() != parent) ::_exit(127);
+            ::dup2(out[1], STDOUT_FILENO);
+            ::dup2(err_fd_, STDERR_FILENO);
+            if (stdin_pipe) {
+                ::dup2(in[0], STDIN_FILENO);
+            } else {
+                int devnull = ::open("/dev/null", O_RDONLY);
+                if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+            }
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        ::close(out[1]);
+        out_fd_ = out[0];
+        if (stdin_pipe) {
+            ::close(in[0]);
+            in_fd_ = in[1];
+        }
+        pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    }
+
+    ~tenure_process() {
+        if (!status_) {
+            ::kill(pid_, SIGTERM);
+            if (wait(10s) < 0) {
+                ::kill(pid_, SIGKILL);
+                wait(5s);
+            }
+        }
+        close_stdin();
+        ::close(out_fd_);
+        ::close(err_fd_);
+        if (pidfd_ >= 0) ::close(pidfd_);
+    }
+    tenure_process(tenure_process const&) = delete;
+    tenure_process& operator=(tenure_process const&) = delete;
+
+    pid_t pid() const noexcept { return pid_; }
+
+    // The next stdout line (without '\n'), or nullopt at EOF or timeout.
+    std::optional<std::string> read_line(std::chrono::milliseconds timeout = 10s) {
+        auto const deadline = steady::now() + timeout;
+        for (;;) {
+            if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+                std::string line = buf_.substr(0, nl);
+                buf_.erase(0, nl + 1);
+                return line;
+            }
+            if (eof_) return std::nullopt;
+            pollfd p{out_fd_, POLLIN, 0};
+            int r = ::poll(&p, 1, remaining_ms(deadline));
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 0) return std::nullopt;
+            char chunk[4096];
+            ssize_t n = ::read(out_fd_, chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                eof_ = true;
+                continue;
+            }
+            buf_.append(chunk, static_cast<std::size_t>(n));
+        }
+    }
+
+    // Reads stdout lines until one starts with `prefix`; returns it.
+    std::string expect_line(std::string const& prefix, std::chrono::milliseconds timeout = 10s) {
+        auto const deadline = steady::now() + timeout;
+        for (;;) {
+            auto line = read_line(std::chrono::milliseconds(remaining_ms(deadline)));
+            if (!line)
+                throw std::runtime_error("no stdout line starting with '" + prefix + "'; stderr:\n" + err());
+            if (line->rfind(prefix, 0) == 0) return *line;
+        }
+    }
+
+    // Everything left on stdout until EOF (the process and its children are gone).
+    std::string rest_of_stdout(std::chrono::milliseconds timeout = 10s) {
+        std::string all;
+        while (auto line = read_line(timeout)) all += *line + "\n";
+        all += buf_;
+        buf_.clear();
+        return all;
+    }
+
+    void write_stdin(std::string const& s) {
+        if (in_fd_ >= 0) (void)!::write(in_fd_, s.data(), s.size());
+    }
+    void close_stdin() {
+        if (in_fd_ >= 0) ::close(in_fd_);
+        in_fd_ = -1;
+    }
+    void signal(int sig) { ::kill(pid_, sig); }
+
+    // The exit status (WEXITSTATUS, or 128 + signal), or -1 on timeout.
+    int wait(std::chrono::milliseconds timeout = 20s) {
+        if (status_) return *status_;
+        auto const deadline = steady::now() + timeout;
+        for (;;) {
+            int st = 0;
+            pid_t r = ::waitpid(pid_, &st, WNOHANG);
+            if (r == pid_) {
+                status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                return *status_;
+            }
+            if (r < 0 && errno != EINTR) return -1;
+            if (steady::now() >= deadline) return -1;
+            pollfd p{pidfd_, POLLIN, 0};
+            ::poll(&p, 1, std::min(remaining_ms(deadline), pidfd_ >= 0 ? 60'000 : 2));
+        }
+    }
+
+    std::string err() const { return slurp(err_fd_); }
+
+private:
+    pid_t pid_ = -1;
+    int out_fd_ = -1, in_fd_ = -1, err_fd_ = -1, pidfd_ = -1;
+    std::string buf_;
+    bool eof_ = false;
+    std::optional<int> status_;
+};
+
+// True while `pid` exists and is not a zombie.
+bool process_alive(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string s;
+    if (!std::getline(stat, s)) return false;
+    auto close = s.rfind(')');
+    return close == std::string::npos || close + 2 >= s.size() || s[close + 2] != 'Z';
+}
+
+// "key=value" fields of a line.
+std::map<std::string, std::string> fields(std::string const& line) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(line);
+    std::string word;
+    while (in >> word)
+        if (auto eq = word.find('='); eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
+    return out;
+}
+
+struct cli_fixture {
+    agent_process agent{[] {
+        agent_options o;
+        o.session_ttl_min = "100ms";
+        return o;
+    }()};
+    http_client http{"127.0.0.1", agent.port()};
+
+    std::string addr() const { return "127.0.0.1:" + std::to_string(agent.port()); }
+
+    // `tenure lock` with short timings, so that everything happens well
+    // under a second; `extra` flags go before the prefix.
+    std::vector<std::string> lock_args(std::string const& prefix, std::string const& script,
+                                       std::vector<std::string> extra = {}) const {
+        std::vector<std::string> a = {"lock", "-http-addr", addr(), "-session-ttl", "1s", "-lock-delay", "200ms",
+                                      "-kill-grace", "2s"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        a.push_back(prefix);
+        a.push_back(script);
+        return a;
+    }
+
+    // The lock key's JSON object, or nullptr when it does not exist.
+    json::value key(std::string const& k) {
+        auto r = http.get("/v1/kv/" + k);
+        if (r.status == 404) return nullptr;
+        BOOST_REQUIRE_EQUAL(r.status, 200u);
+        return json::parse(r.body).as_array().at(0);
+    }
+    std::string holder(std::string const& k) {
+        auto v = key(k);
+        if (v.is_null()) return {};
+        auto const* s = v.as_object().if_contains("Session");
+        return s && s->is_string() ? std::string(s->as_string()) : std::string();
+    }
+};
+
+std::string join_status(tenure_process& p, int rc) {
+    return "exit " + std::to_string(rc) + "; stderr:\n" + p.err();
+}
+
+// A line for BOOST_TEST (which cannot print an optional).
+std::string text(std::optional<std::string> const& line) { return line.value_or("<no line>"); }
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(cli_lock, cli_fixture)
+
+BOOST_AUTO_TEST_CASE(runs_the_child_and_exits_zero_with_its_output) {
+    tenure_process p(lock_args("itest/run", "echo hello from the child; echo second line"));
+    BOOST_TEST(p.rest_of_stdout() == "hello from the child\nsecond line\n");
+    auto rc = p.wait();
+    BOOST_TEST(rc == 0, join_status(p, rc));
+    // Released, not deleted: the key stays, free, so LockIndex keeps growing.
+    BOOST_TEST(holder("itest/run/.lock").empty());
+    BOOST_TEST(!key("itest/run/.lock").is_null());
+}
+
+BOOST_AUTO_TEST_CASE(child_environment_matches_the_server) {
+    // -pass-stdin: the child holds the lock until the test writes a line.
+    tenure_process p(
+        lock_args("itest/env",
+                  "echo held=$CONSUL_LOCK_HELD key=$TENURE_LOCK_KEY session=$TENURE_SESSION token=$TENURE_FENCING_TOKEN; "
+                  "read line; echo got $line",
+                  {"-pass-stdin"}),
+        true);
+    auto f = fields(p.expect_line("held="));
+    BOOST_TEST(f["held"] == "true");
+    BOOST_TEST(f["key"] == "itest/env/.lock");
+    // While the child runs, the server says the same.
+    auto k = key("itest/env/.lock").as_object();
+    BOOST_TEST(std::string(k.at("Session").as_string()) == f["session"]);
+    BOOST_TEST(std::to_string(k.at("LockIndex").to_number<std::uint64_t>()) == f["token"]);
+    BOOST_TEST(k.at("Flags").to_number<std::uint64_t>() == 3304740253564472344ull);  // Consul's lock flag value
+    // The session is named like consul lock's.
+    auto info = json::parse(http.get("/v1/session/info/" + f["session"]).body).as_array().at(0).as_object();
+    BOOST_TEST(std::string(info.at("Name").as_string()) ==
+               "Consul lock for 'echo held=$CONSUL_LOCK_HELD key=$TENURE_LOCK_KEY session=$TENURE_SESSION "
+               "token=$TENURE_FENCING_TOKEN; read line; echo got $line' at 'itest/env'");
+
+    p.write_stdin("bye\n");
+    BOOST_TEST(p.expect_line("got") == "got bye");
+    auto rc = p.wait();
+    BOOST_TEST(rc == 0, join_status(p, rc));
+    // Released, then the session destroyed.
+    BOOST_TEST(holder("itest/env/.lock").empty());
+    BOOST_TEST(json::parse(http.get("/v1/session/info/" + f["session"]).body).as_array().empty());
+
+    // The next holder's token is larger.
+    tenure_process q(lock_args("itest/env", "echo token=$TENURE_FENCING_TOKEN"));
+    auto g = fields(q.expect_line("token="));
+    BOOST_TEST(std::stoull(g["token"]) > std::stoull(f["token"]));
+    BOOST_TEST(q.wait() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(contenders_never_run_their_children_at_once) {
+    char tmpl[] = "/tmp/tenure-itest-overlap-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    BOOST_REQUIRE(fd >= 0);
+    ::close(fd);
+    std::string const log = tmpl;
+    std::vector<std::unique_ptr<tenure_process>> procs;
+    for (int i = 0; i < 3; ++i) {
+        std::string id = std::to_string(i);
+        std::string script = "echo start " + id + " $(date +%s%N) >> " + log + "; sleep 0.2; echo end " + id +
+                             " $(date +%s%N) >> " + log;
+        procs.push_back(std::make_unique<tenure_process>(lock_args("itest/overlap", script)));
+    }
+    for (auto& p : procs) {
+        auto rc = p->wait();
+        BOOST_TEST(rc == 0, join_status(*p, rc));
+    }
+    std::ifstream in(log);
+    std::vector<std::tuple<std::string, std::string, long long>> events;
+    std::string kind, id;
+    long long ns = 0;
+    while (in >> kind >> id >> ns) events.emplace_back(kind, id, ns);
+    ::unlink(log.c_str());
+    // Three intervals, in file order start/end of the same child, disjoint in time.
+    BOOST_TEST_REQUIRE(events.size() == 6u);
+    for (std::size_t i = 0; i < events.size(); i += 2) {
+        auto const& [k1, id1, t1] = events[i];
+        auto const& [k2, id2, t2] = events[i + 1];
+        BOOST_TEST(k1 == "start");
+        BOOST_TEST(k2 == "end");
+        BOOST_TEST(id1 == id2);
+        BOOST_TEST(t1 <= t2);
+        if (i > 0) BOOST_TEST(std::get<2>(events[i - 1]) <= t1);  // the previous holder ended first
+    }
+}
+
+BOOST_AUTO_TEST_CASE(forced_release_kills_the_child_and_its_grandchildren) {
+    tenure_process p(lock_args("itest/force", "sleep 100 & echo a $!; sleep 100 & echo b $!; echo ready; wait",
+                               {"-kill-grace", "5s"}));
+    pid_t const a = std::stoi(p.expect_line("a ").substr(2));
+    pid_t const b = std::stoi(p.expect_line("b ").substr(2));
+    p.expect_line("ready");
+    BOOST_TEST(process_alive(a));
+    BOOST_TEST(process_alive(b));
+    std::string const sid = holder("itest/force/.lock");
+    BOOST_TEST_REQUIRE(!sid.empty());
+
+    auto const t0 = steady::now();
+    BOOST_TEST(http.put("/v1/kv/itest/force/.lock?release=" + sid).body == "true");
+    auto rc = p.wait(10s);
+    auto const took = steady::now() - t0;
+    BOOST_TEST(rc == 0, join_status(p, rc));  // a loss is a normal end, as with consul lock
+    BOOST_TEST(!process_alive(a));
+    BOOST_TEST(!process_alive(b));
+ // Within the kill grace (5s): SIGTERM to the group did it.
+    BOOST_TEST((took < 5s), "took " << std::chrono::duration<double>(took).count() << " s");
+    BOOST_TEST(p.err().find("lock lost") != std::string::npos, p.err());
+}
+
+BOOST_AUTO_TEST_CASE(session_invalidation_kills_a_child_that_ignores_sigterm) {
+    // The shell and its sleeps ignore SIGTERM: SIGKILL after the grace (500ms) ends them.
+    tenure_process p(lock_args("itest/inval", "trap '' TERM; sleep 100 & echo a $!; echo ready; wait",
+                               {"-kill-grace", "500ms", "-verbose"}));
+    pid_t const a = std::stoi(p.expect_line("a ").substr(2));
+    p.expect_line("ready");
+    std::string const sid = holder("itest/inval/.lock");
+    BOOST_TEST_REQUIRE(!sid.empty());
+    BOOST_TEST(http.put("/v1/session/destroy/" + sid).body == "true");
+    auto rc = p.wait(10s);
+    BOOST_TEST(rc == 0, join_status(p, rc));
+    BOOST_TEST(!process_alive(a));
+    auto const err = p.err();
+    BOOST_TEST(err.find("lock lost: session invalidated") != std::string::npos, err);
+    BOOST_TEST(err.find("SIGKILL to the child's process group") != std::string::npos, err);
+}
+
+BOOST_AUTO_TEST_CASE(unacknowledged_renewals_stop_the_child_by_the_local_deadline) {
+    // The agent is frozen (SIGSTOP): renewals hang, nothing tells tenure lock
+    // it lost anything. Its local deadline is at most TTL after the freeze
+    // (the last acknowledged renewal was sent before it), and the child, which
+    // ignores SIGTERM, must be dead by then: SIGTERM at deadline - kill grace,
+    // SIGKILL at the deadline.
+    tenure_process p(lock_args("itest/jeopardy", "trap '' TERM; echo pid $$; while :; do sleep 0.05; done",
+                               {"-session-ttl", "1s", "-kill-grace", "300ms", "-verbose"}));
+    pid_t const child = std::stoi(p.expect_line("pid ").substr(4));
+    int const child_fd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+    BOOST_TEST_REQUIRE(child_fd >= 0);
+    struct thaw {
+        pid_t agent;
+        ~thaw() { ::kill(agent, SIGCONT); }
+    } thaw_agent{agent.pid()};
+
+    auto const frozen = steady::now();
+    ::kill(agent.pid(), SIGSTOP);
+    pollfd pfd{child_fd, POLLIN, 0};
+    int const r = ::poll(&pfd, 1, 5000);  // readable once the child is gone
+    auto const dead = steady::now();
+    ::close(child_fd);
+    ::kill(agent.pid(), SIGCONT);
+    BOOST_TEST_REQUIRE(r == 1, "the child outlived its lease");
+    double const after_freeze = std::chrono::duration<double>(dead - frozen).count();
+    BOOST_TEST_MESSAGE("child killed " << after_freeze << " s after the agent froze (TTL 1 s, kill grace 0.3 s)");
+    BOOST_TEST(after_freeze < 1.0 + 0.25);  // TTL, plus scheduling slack
+    BOOST_TEST(p.wait(10s) == 0, p.err());
+    auto const err = p.err();
+    BOOST_TEST(err.find("lease in jeopardy") != std::string::npos, err);
+    BOOST_TEST(err.find("SIGKILL to the child's process group") != std::string::npos, err);
+}
+
+BOOST_AUTO_TEST_CASE(leftovers_of_a_finished_child_are_stopped_before_release) {
+    tenure_process p(lock_args("itest/leftover", "sleep 100 & echo a $!"));
+    pid_t const a = std::stoi(p.expect_line("a ").substr(2));
+    auto rc = p.wait(10s);
+    BOOST_TEST(rc == 0, join_status(p, rc));
+    BOOST_TEST(!process_alive(a));
+    BOOST_TEST(holder("itest/leftover/.lock").empty());
+}
+
+BOOST_AUTO_TEST_CASE(child_exit_code) {
+    tenure_process plain(lock_args("itest/code", "exit 3"));
+    BOOST_TEST(plain.wait() == 0, plain.err());
+    tenure_process flagged(lock_args("itest/code", "exit 3", {"-child-exit-code"}));
+    BOOST_TEST(flagged.wait() == 2, flagged.err());
+    tenure_process ok(lock_args("itest/code", "true", {"-child-exit-code"}));
+    BOOST_TEST(ok.wait() == 0, ok.err());
+    // -shell=false runs the arguments themselves.
+    tenure_process direct({"lock", "-http-addr", addr(), "-shell=false", "itest/code", "echo", "a", "b"});
+    BOOST_TEST(direct.rest_of_stdout() == "a b\n");
+    BOOST_TEST(direct.wait() == 0, direct.err());
+}
+
+BOOST_AUTO_TEST_CASE(timeout_expiry_exits_one_while_another_holds) {
+    tenure_process holder_proc(lock_args("itest/busy", "echo ready; read line", {"-pass-stdin"}), true);
+    holder_proc.expect_line("ready");
+    tenure_process waiter(lock_args("itest/busy", "echo should not run", {"-timeout", "300ms"}));
+    auto rc = waiter.wait(10s);
+    BOOST_TEST(rc == 1, join_status(waiter, rc));
+    BOOST_TEST(waiter.err().find("Shutdown triggered or timeout during lock acquisition") != std::string::npos,
+               waiter.err());
+    BOOST_TEST(waiter.rest_of_stdout().empty());
+    holder_proc.close_stdin();
+    BOOST_TEST(holder_proc.wait() == 0, holder_proc.err());
+}
+
+BOOST_AUTO_TEST_CASE(sigint_is_forwarded_to_the_child_and_the_lock_released) {
+    tenure_process p(lock_args("itest/sig", "trap 'echo got INT; exit 0' INT; echo ready; while :; do sleep 0.05; done"));
+    p.expect_line("ready");
+    std::string const sid = holder("itest/sig/.lock");
+    p.signal(SIGINT);
+    BOOST_TEST(p.expect_line("got") == "got INT");
+    BOOST_TEST(p.wait() == 0, p.err());
+    BOOST_TEST(holder("itest/sig/.lock").empty());
+    BOOST_TEST(json::parse(http.get("/v1/session/info/" + sid).body).as_array().empty());
+}
+
+BOOST_AUTO_TEST_CASE(semaphore_admits_n_holders) {
+    std::vector<std::string> n2 = {"-n", "2", "-pass-stdin"};
+    tenure_process a(lock_args("itest/sem", "echo ready; read line", n2), true);
+    tenure_process b(lock_args("itest/sem", "echo ready; read line", n2), true);
+    a.expect_line("ready");
+    b.expect_line("ready");  // both hold at once
+    tenure_process c(lock_args("itest/sem", "echo should not run", {"-n", "2", "-timeout", "300ms"}));
+    BOOST_TEST(c.wait(10s) == 1, c.err());
+    BOOST_TEST(c.rest_of_stdout().empty());
+    a.close_stdin();
+    b.close_stdin();
+    BOOST_TEST(a.wait() == 0, a.err());
+    BOOST_TEST(b.wait() == 0, b.err());
+}
+
+BOOST_AUTO_TEST_CASE(bad_usage_exits_one) {
+    std::vector<std::vector<std::string>> cases = {
+        {"lock"},
+        {"lock", "-http-addr", addr(), "itest/usage"},
+        {"lock", "-http-addr", addr(), "-n", "0", "itest/usage", "true"},
+        {"lock", "-http-addr", addr(), "-no-such-flag", "itest/usage", "true"},
+        {"lock", "-http-addr", addr(), "-timeout", "soon", "itest/usage", "true"},
+        {"lock", "-http-addr", addr(), "-timeout=-1s", "itest/usage", "true"},
+        {"leader"},
+        {"leader", "-http-addr", addr(), "a", "b"},
+    };
+    for (auto const& args : cases) {
+        tenure_process p(args);
+        auto rc = p.wait();
+        BOOST_TEST(rc == 1, args.size() << " args; " << join_status(p, rc));
+        BOOST_TEST(p.rest_of_stdout().empty());
+    }
+    // An unreachable agent is an error too, before anything runs.
+    tenure_process unreachable({"lock", "-http-addr", "127.0.0.1:1", "itest/usage", "echo ran"});
+    BOOST_TEST(unreachable.wait() == 1);
+    BOOST_TEST(unreachable.rest_of_stdout().empty());
+    BOOST_TEST(unreachable.err().find("Error querying Consul agent") != std::string::npos, unreachable.err());
+}
+
+BOOST_AUTO_TEST_CASE(help_shows_the_usage) {
+    tenure_process top({"--help"});
+    auto const top_out = top.rest_of_stdout();
+    BOOST_TEST(top.wait() == 0);
+    BOOST_TEST(top_out.find("tenure lock [options] <prefix> <child...>") != std::string::npos, top_out);
+    BOOST_TEST(top_out.find("tenure leader [-watch] [options] <key>") != std::string::npos, top_out);
+    tenure_process lock_help({"help", "lock"});
+    auto const lock_out = lock_help.rest_of_stdout();
+    BOOST_TEST(lock_help.wait() == 0);
+    for (char const* flag : {"-n=", "-name=", "-pass-stdin", "-shell", "-timeout=", "-monitor-retry=", "-verbose",
+                             "-child-exit-code", "-http-addr=", "-token=", "-session-ttl=", "-lock-delay=",
+                             "-kill-grace="})
+        BOOST_TEST(lock_out.find(flag) != std::string::npos, flag);
+    tenure_process leader_help({"leader", "-help"});
+    BOOST_TEST(leader_help.rest_of_stdout().find("-watch") != std::string::npos);
+    BOOST_TEST(leader_help.wait() == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_FIXTURE_TEST_SUITE(cli_leader, cli_fixture)
+
+BOOST_AUTO_TEST_CASE(prints_the_holder_or_no_leader) {
+    {
+        tenure_process none({"leader", "-http-addr", addr(), "itest/who/.lock"});
+        BOOST_TEST(none.rest_of_stdout() == "no leader\n");
+        BOOST_TEST(none.wait() == 0, none.err());
+    }
+    tenure_process holder_proc(lock_args("itest/who", "echo ready; read line", {"-pass-stdin"}), true);
+    holder_proc.expect_line("ready");
+    auto k = key("itest/who/.lock").as_object();
+    tenure_process who({"leader", "-http-addr", addr(), "/itest/who/.lock"});
+    BOOST_TEST(who.rest_of_stdout() == "leader value=\"\" session=" + std::string(k.at("Session").as_string()) +
+                                           " lock_index=" +
+                                           std::to_string(k.at("LockIndex").to_number<std::uint64_t>()) + "\n");
+    BOOST_TEST(who.wait() == 0, who.err());
+    holder_proc.close_stdin();
+    BOOST_TEST(holder_proc.wait() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(watch_prints_each_change) {
+    tenure_process watch({"leader", "-watch", "-http-addr", addr(), "itest/watch/.lock"});
+    BOOST_TEST(text(watch.read_line()) == "no leader");
+
+    std::string last_session;
+    for (int term = 1; term <= 2; ++term) {
+        tenure_process holder_proc(lock_args("itest/watch", "echo ready; read line", {"-pass-stdin"}), true);
+        holder_proc.expect_line("ready");
+        auto line = watch.read_line();
+        BOOST_TEST_REQUIRE(line.has_value(), watch.err());
+        auto f = fields(*line);
+        BOOST_TEST(line->rfind("leader value=\"\" ", 0) == 0u, *line);
+        BOOST_TEST(f["session"] == holder("itest/watch/.lock"));
+        BOOST_TEST(f["session"] != last_session);
+        BOOST_TEST(f["lock_index"] == std::to_string(term));
+        last_session = f["session"];
+        holder_proc.close_stdin();  // the child ends, the lock is released
+        BOOST_TEST(text(watch.read_line()) == "no leader");
+        BOOST_TEST(holder_proc.wait() == 0);
+    }
+    watch.signal(SIGINT);
+    BOOST_TEST(watch.wait() == 0, watch.err());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,997 @@
+// `tenure lock [options] <prefix> <child...>`: run a command while holding a
+// lock, flag-compatible with `consul lock`.
+//
+// One io_context runs everything: the session's renewals, the lock's monitor,
+// the child process (Boost.Process v2, waited on through a pidfd), signals.
+// The child runs in its own process group so that the whole tree it starts
+// can be stopped: on a loss of the lock, on shutdown, and before the
+// session's local deadline when renewals stop being acknowledged (SIGTERM to
+// the group, SIGKILL after -kill-grace). This process is a child subreaper,
+// so the orphans of that tree are reparented to it and reaped here; it knows
+// when the group is empty without polling.
+#include "cli.hpp"
+
+#include <tenure/consul/client.hpp>
+#include <tenure/detail/duration.hpp>
+#include <tenure/election.hpp>
+#include <tenure/leadership_scope.hpp>
+#include <tenure/semaphore.hpp>
+#include <tenure/session.hpp>
+
+#define BOOST_PROCESS_V2_HEADER_ONLY 1
+#define BOOST_PROCESS_USE_STD_FS 1  // std::filesystem: no Boost.Filesystem to link
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+// Boost 1.81's Process v2 (with BOOST_PROCESS_USE_STD_FS) uses
+// boost::optional and boost::remove_pointer without including them.
+#include <boost/optional.hpp>
+#include <boost/type_traits/remove_pointer.hpp>
+#include <boost/process/v2.hpp>
+
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace tenure::cli {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using boost::system::error_code;
+using boost::system::system_error;
+using tenure::detail::format_go_duration;
+
+// ---- options -------------------------------------------------------------------
+
+struct lock_config {
+    int limit = 1;
+    std::string name;
+    bool pass_stdin = false;
+    bool shell = true;
+    std::chrono::nanoseconds timeout{0};
+    int monitor_retry = 3;
+    bool verbose = false;
+    bool child_exit_code = false;
+    http_flags http;
+    std::chrono::nanoseconds session_ttl = 15s;
+    std::chrono::nanoseconds lock_delay = 15s;
+    std::chrono::nanoseconds kill_grace = 5s;
+
+    std::string prefix;
+    std::vector<std::string> child_args;
+    std::string key() const { return prefix.empty() ? std::string(".lock") : prefix + "/.lock"; }
+};
+
+std::string join(std::vector<std::string> const& v, char sep = ' ') {
+    std::string out;
+    for (auto const& s : v) {
+        if (!out.empty()) out += sep;
+        out += s;
+    }
+    return out;
+}
+
+// path.Join(prefix, ".lock") drops a trailing '/' of the prefix too.
+std::string clean_prefix(std::string p) {
+    while (!p.empty() && p.front() == '/') p.erase(0, 1);
+    while (!p.empty() && p.back() == '/') p.pop_back();
+    return p;
+}
+
+char const* signal_name(int sig) {
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGKILL: return "SIGKILL";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGABRT: return "SIGABRT";
+    case SIGSEGV: return "SIGSEGV";
+    default: return nullptr;
+    }
+}
+
+std::string describe_signal(int sig) {
+    if (auto n = signal_name(sig)) return n;
+    return "signal " + std::to_string(sig);
+}
+
+std::string describe_status(int raw) {
+    if (WIFEXITED(raw)) return "exited with status " + std::to_string(WEXITSTATUS(raw));
+    if (WIFSIGNALED(raw)) return "killed by " + describe_signal(WTERMSIG(raw));
+    return "ended with wait status " + std::to_string(raw);
+}
+
+std::string seconds(std::chrono::nanoseconds d) { return format_go_duration(d); }
+
+// ---- small awaitable tools ---------------------------------------------------
+
+// A level-triggered event: a timer that never expires, cancelled to wake
+// every waiter.
+class event {
+public:
+    explicit event(asio::any_io_executor ex) : timer_(ex, steady::time_point::max()) {}
+    void set() {
+        set_ = true;
+        timer_.cancel();
+    }
+    bool is_set() const noexcept { return set_; }
+    asio::awaitable<void> wait() {
+        while (!set_) {
+            auto [ec] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+            (void)ec;
+            auto cs = co_await asio::this_coro::cancellation_state;
+            if (!set_ && cs.cancelled() != asio::cancellation_type::none)
+                throw system_error(asio::error::operation_aborted);
+        }
+    }
+
+private:
+    asio::steady_timer timer_;
+    bool set_ = false;
+};
+
+asio::awaitable<void> sleep_until(steady::time_point t) {
+    asio::steady_timer timer(co_await asio::this_coro::executor, t);
+    co_await timer.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> never() {
+    asio::steady_timer timer(co_await asio::this_coro::executor, steady::time_point::max());
+    co_await timer.async_wait(asio::use_awaitable);
+}
+
+// Runs `a` and `b` concurrently; the first to complete (with a value or an
+// exception) wins and the other is cancelled and awaited. (Asio 1.81's
+// operator|| waits for the first to succeed.) nullopt / false: b won.
+template <class T>
+asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> a,
+                                                                                    asio::awaitable<void> b) {
+    auto ex = co_await asio::this_coro::executor;
+    if constexpr (std::is_void_v<T>) {
+        auto [order, ex0, ex1] = co_await asio::experimental::make_parallel_group(
+                                     asio::co_spawn(ex, std::move(a), asio::deferred),
+                                     asio::co_spawn(ex, std::move(b), asio::deferred))
+                                     .async_wait(asio::experimental::wait_for_one(), asio::deferred);
+        if (order[0] == 0) {
+            if (ex0) std::rethrow_exception(ex0);
+            co_return true;
+        }
+        if (ex1) std::rethrow_exception(ex1);
+        co_return false;
+    } else {
+        auto [order, ex0, r0, ex1] = co_await asio::experimental::make_parallel_group(
+                                         asio::co_spawn(ex, std::move(a), asio::deferred),
+                                         asio::co_spawn(ex, std::move(b), asio::deferred))
+                                         .async_wait(asio::experimental::wait_for_one(), asio::deferred);
+        if (order[0] == 0) {
+            if (ex0) std::rethrow_exception(ex0);
+            co_return std::optional<T>(std::move(r0));
+        }
+        if (ex1) std::rethrow_exception(ex1);
+        co_return std::optional<T>{};
+    }
+}
+
+// ---- the child -------------------------------------------------------------------
+
+// Boost.Process initializer: our environment block, and in the child (between
+// fork and exec, async-signal-safe calls only) a process group of its own,
+// default signal dispositions and mask, and the terminal's foreground when
+// stdin is passed from an interactive terminal.
+struct child_setup {
+    char const* const* env;
+    bool take_terminal;
+
+    template <class Launcher>
+    error_code on_setup(Launcher& launcher, bp::filesystem::path const&, char const* const*&) {
+        launcher.env = env;
+        return {};
+    }
+
+    template <class Launcher>
+    error_code on_exec_setup(Launcher&, bp::filesystem::path const&, char const* const*&) {
+        if (::setpgid(0, 0) != 0) return error_code(errno, boost::system::system_category());
+        struct sigaction dfl{};
+        dfl.sa_handler = SIG_DFL;
+        ::sigemptyset(&dfl.sa_mask);
+        for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGTTOU, SIGTTIN, SIGTSTP})
+            ::sigaction(sig, &dfl, nullptr);
+        sigset_t none;
+        ::sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        if (take_terminal) {
+            struct sigaction ign{};
+            ign.sa_handler = SIG_IGN;
+            ::sigemptyset(&ign.sa_mask);
+            ::sigaction(SIGTTOU, &ign, nullptr);
+            ::tcsetpgrp(STDIN_FILENO, ::getpid());
+            ::sigaction(SIGTTOU, &dfl, nullptr);
+        }
+        return {};
+    }
+};
+
+// The parent's environment with `extra` ("NAME=value") added or replaced.
+std::vector<std::string> child_environment(std::vector<std::string> const& extra) {
+    std::vector<std::string> env;
+    for (char** e = environ; e && *e; ++e) {
+        std::string_view entry = *e;
+        auto name = entry.substr(0, entry.find('='));
+        bool replaced = std::any_of(extra.begin(), extra.end(), [&](std::string const& x) {
+            return std::string_view(x).substr(0, x.find('=')) == name;
+        });
+        if (!replaced) env.emplace_back(entry);
+    }
+    env.insert(env.end(), extra.begin(), extra.end());
+    return env;
+}
+
+// What to execute: `$SHELL -c "<args joined>"` (or /bin/sh), or the arguments
+// themselves with the program looked up in PATH.
+struct command_line {
+    bp::filesystem::path program;
+    std::vector<std::string> args;  // without argv[0]
+    std::string display;
+};
+
+std::optional<bp::filesystem::path> find_program(std::string const& name) {
+    if (name.empty()) return std::nullopt;
+    if (name.find('/') != std::string::npos) {
+        if (::access(name.c_str(), X_OK) == 0) return bp::filesystem::path(name);
+        return std::nullopt;
+    }
+    auto p = bp::environment::find_executable(name);
+    if (p.empty()) return std::nullopt;
+    return p;
+}
+
+// ---- the command -------------------------------------------------------------------
+
+enum class phase { setup, child, cleanup };
+
+class lock_command {
+public:
+    explicit lock_command(lock_config cfg, asio::any_io_executor ex)
+        : cfg_(std::move(cfg)), shutdown_(ex), abort_cleanup_(ex), signals_(ex, SIGINT, SIGTERM, SIGHUP),
+          sigchld_(ex, SIGCHLD), kill_timer_(ex, steady::time_point::max()),
+          drain_wake_(ex, steady::time_point::max()),
+          watchdog_wake_(std::make_shared<asio::steady_timer>(ex, steady::time_point::max())) {}
+
+    // Resolves the program before anything touches the agent.
+    void prepare();
+    asio::awaitable<int> run(consul::client& client);
+    asio::awaitable<void> signal_loop();
+    // Stops waiting for signals (the io_context can then run out of work).
+    void finish() {
+        signals_.cancel();
+        sigchld_.cancel();
+    }
+
+private:
+    void info(std::string const& line) const {
+        if (cfg_.verbose) std::cerr << "tenure lock: " << line << std::endl;
+    }
+    void error(std::string const& line) const { std::cerr << "tenure lock: " << line << std::endl; }
+    void print_timing() const;
+
+    asio::awaitable<int> run_with_session(session& s);
+    asio::awaitable<std::optional<leadership_scope>> acquire(session& s, bool& failed);
+    asio::awaitable<void> acquisition_stop();
+    asio::awaitable<int> cleanup(session& s, leadership_scope* scope, int code);
+
+    struct child_result {
+        bool started = false;
+        int status = 0;  // raw wait status when started
+    };
+    asio::awaitable<child_result> supervise(session& s, leadership_scope& scope);
+    asio::awaitable<int> wait_child_and_group(bp::process& proc);
+    asio::awaitable<void> helpers(session& s, leadership_scope& scope);
+    asio::awaitable<void> watch_loss(leadership_scope& scope);
+    asio::awaitable<void> watch_deadline(session& s);
+    asio::awaitable<void> killer();
+    asio::awaitable<void> reaper();
+
+    // Starts stopping the child's process group: SIGTERM (unless the signal
+    // that caused it was forwarded instead), SIGKILL after the kill grace or
+    // at `kill_by`, whichever is first.
+    void begin_termination(std::string const& why, bool send_sigterm, bool lock_gone,
+                           steady::time_point kill_by = steady::time_point::max());
+    void signal_group(int sig, bool quiet = false);
+    bool group_alive() const;
+    void reap_adopted();
+    void restore_terminal();
+
+    lock_config cfg_;
+    command_line command_;
+    phase phase_ = phase::setup;
+    event shutdown_;       // SIGINT/SIGTERM/SIGHUP before the child runs
+    event abort_cleanup_;  // a signal while releasing
+    asio::signal_set signals_;
+    asio::signal_set sigchld_;
+
+    // The running child.
+    pid_t child_pid_ = -1;
+    pid_t pgid_ = -1;
+    bool child_reaped_ = false;
+    bool took_terminal_ = false;
+
+    // Termination of the child's process group.
+    bool terminating_ = false;
+    bool sigterm_sent_ = false;
+    bool killed_ = false;
+    bool stopped_for_lock_ = false;  // loss, jeopardy or shutdown: exit 0 whatever the child says
+    steady::time_point kill_at_ = steady::time_point::max();
+    asio::steady_timer kill_timer_;
+    asio::steady_timer drain_wake_;
+    std::shared_ptr<asio::steady_timer> watchdog_wake_;
+};
+
+void lock_command::prepare() {
+    if (cfg_.shell) {
+        char const* sh = std::getenv("SHELL");
+        std::string shell = sh && *sh ? sh : "/bin/sh";
+        auto p = find_program(shell);
+        if (!p) throw std::runtime_error("Error executing handler: shell \"" + shell + "\" not found or not executable");
+        command_.program = *p;
+        command_.args = {"-c", join(cfg_.child_args)};
+        command_.display = shell + " -c " + quote(command_.args[1]);
+    } else {
+        auto p = find_program(cfg_.child_args.front());
+        if (!p)
+            throw std::runtime_error("Error executing handler: exec: " + quote(cfg_.child_args.front()) +
+                                     ": executable file not found in $PATH");
+        command_.program = *p;
+        command_.args.assign(cfg_.child_args.begin() + 1, cfg_.child_args.end());
+        command_.display = join(cfg_.child_args);
+    }
+}
+
+void lock_command::print_timing() const {
+    auto const ttl = cfg_.session_ttl;
+    auto const grace = cfg_.kill_grace;
+    auto const delay = std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(cfg_.lock_delay, 0s), 60s);
+    info("timing: session TTL " + seconds(ttl) + ", lock-delay " + seconds(cfg_.lock_delay) + ", kill grace " +
+         seconds(grace));
+    info("timing: renewal every " + seconds(ttl / 2) + " (TTL/2); after a failed renewal, a retry at least every " +
+         seconds(std::min<std::chrono::nanoseconds>(1s, std::max<std::chrono::nanoseconds>(ttl / 4, 1ms))));
+    info("timing: local deadline = send time of the last acknowledged renewal + TTL (" + seconds(ttl) +
+         "); the lock counts as lost there, whether or not the agent is reachable");
+    if (grace < ttl / 2) {
+        info("timing: the child is stopped by that deadline: once a renewal is overdue and less than the kill grace is "
+             "left (" + seconds(ttl - grace) + " after the last acknowledged renewal), its process group gets SIGTERM, "
+             "then SIGKILL " + seconds(grace) + " later, at the deadline");
+    } else {
+        info("timing: kill grace " + seconds(grace) + " is not below TTL/2 (" + seconds(ttl / 2) +
+             "): the child's process group gets SIGTERM as soon as a renewal fails, and SIGKILL " + seconds(grace) +
+             " later, which can be after the local deadline; use -kill-grace < TTL/2 to have SIGKILL land by it");
+    }
+    info("timing: margin the old holder has to stop: TTL = " + seconds(ttl) +
+         " (it stops at its local deadline; the server invalidates a session no earlier than 2 x TTL = " +
+         seconds(2 * ttl) + " after the last renewal it received, then applies the lock-delay)");
+    info("timing: worst-case gap after a crash of this process: 2 x TTL + lock-delay = " + seconds(2 * ttl + delay) +
+         " before another holder can take the lock");
+    info("-monitor-retry " + std::to_string(cfg_.monitor_retry) +
+         " is accepted for compatibility: tenure retries transient errors until the session's local deadline");
+}
+
+asio::awaitable<void> lock_command::signal_loop() {
+    for (;;) {
+        auto [ec, sig] = co_await signals_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) co_return;
+        switch (phase_) {
+        case phase::setup:
+            info("caught " + describe_signal(sig) + "; shutting down");
+            shutdown_.set();
+            break;
+        case phase::child:
+            if (pgid_ <= 0) {
+                shutdown_.set();  // the child is being started: supervise() stops it at once
+            } else {
+                info("caught " + describe_signal(sig) + "; forwarding it to the child's process group " +
+                     std::to_string(pgid_));
+                signal_group(sig, true);
+                if (sig == SIGTERM) sigterm_sent_ = true;
+                if (sig != SIGHUP) begin_termination("shutdown (" + describe_signal(sig) + ")", false, true);
+            }
+            break;
+        case phase::cleanup:
+            error("caught " + describe_signal(sig) + " while releasing the lock; giving up");
+            abort_cleanup_.set();
+            break;
+        }
+    }
+}
+
+asio::awaitable<int> lock_command::run(consul::client& client) {
+    // consul lock asks the agent for its node name before anything else.
+    {
+        std::optional<consul::agent_info> self;
+        std::string failure;
+        try {
+            auto op = client.agent_self();
+            auto stop = shutdown_.wait();
+            self = co_await race(std::move(op), std::move(stop));
+        } catch (std::exception const& e) {
+            failure = describe(e);
+        }
+        if (!failure.empty()) {
+            error("Error querying Consul agent: " + failure);
+            co_return 1;
+        }
+        if (!self) {
+            error("Shutdown triggered before the lock could be set up");
+            co_return 1;
+        }
+        info("agent node " + quote(self->node_name) + ", datacenter " + quote(self->datacenter));
+    }
+
+    if (cfg_.limit == 1) {
+        info("Setting up lock at path: " + cfg_.key());
+    } else {
+        info("Setting up semaphore (limit " + std::to_string(cfg_.limit) + ") at prefix: " + cfg_.prefix);
+    }
+    print_timing();
+
+    tenure::session_options so;
+    so.name = cfg_.name;
+    so.ttl = cfg_.session_ttl;
+    so.lock_delay = cfg_.lock_delay;
+    // A semaphore's contender key goes with its session, as in consul lock.
+    if (cfg_.limit > 1) so.behavior = consul::session_behavior::delete_keys;
+    std::optional<session> s;
+    {
+        std::string failure;
+        try {
+            auto op = session::create(client, so, asio::use_awaitable);
+            auto stop = shutdown_.wait();
+            s = co_await race(std::move(op), std::move(stop));
+        } catch (std::exception const& e) {
+            failure = describe(e);
+        }
+        if (!failure.empty()) {
+            error("Lock setup failed: " + failure);
+            co_return 1;
+        }
+        if (!s) {
+            error("Shutdown triggered or timeout during lock acquisition");
+            co_return 1;
+        }
+    }
+    info("session " + s->id() + " created (name " + quote(cfg_.name) + ")");
+    co_return co_await run_with_session(*s);
+}
+
+// Completes when acquisition must stop: a signal, or -timeout.
+asio::awaitable<void> lock_command::acquisition_stop() {
+    if (cfg_.timeout.count() > 0) {
+        auto deadline = steady::now() + std::chrono::duration_cast<steady::duration>(cfg_.timeout);
+        auto a = shutdown_.wait();
+        auto b = sleep_until(deadline);
+        co_await race(std::move(a), std::move(b));
+    } else {
+        co_await shutdown_.wait();
+    }
+}
+
+asio::awaitable<std::optional<leadership_scope>> lock_command::acquire(session& s, bool& failed) {
+    failed = false;
+    std::string failure;
+    std::optional<leadership_scope> scope;
+    try {
+        if (cfg_.limit == 1) {
+            election e(s, cfg_.key());
+            auto op = e.acquire(asio::use_awaitable);
+            auto stop = acquisition_stop();
+            scope = co_await race(std::move(op), std::move(stop));
+        } else {
+            semaphore sem(s, cfg_.prefix, cfg_.limit);
+            auto op = sem.acquire(asio::use_awaitable);
+            auto stop = acquisition_stop();
+            scope = co_await race(std::move(op), std::move(stop));
+        }
+    } catch (std::exception const& e) {
+        failure = describe(e);
+    }
+    if (!failure.empty()) {
+        error("Lock acquisition failed: " + failure);
+        failed = true;
+    }
+    co_return scope;
+}
+
+asio::awaitable<int> lock_command::run_with_session(session& s) {
+    info("Attempting lock acquisition");
+    bool failed = false;
+    std::optional<leadership_scope> scope = co_await acquire(s, failed);
+    if (failed || !scope || shutdown_.is_set()) {
+        if (!failed) error("Shutdown triggered or timeout during lock acquisition");
+        co_return co_await cleanup(s, scope ? &*scope : nullptr, 1);
+    }
+    leadership_scope& held = *scope;
+    info("acquired " + held.key() + " with fencing token " + std::to_string(held.token()) + " (session " +
+         held.session_id() + ")");
+
+    child_result const child = co_await supervise(s, held);
+    int code = 0;
+    if (child.started && !stopped_for_lock_) {
+        bool const ok = WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0;
+        if (!ok && cfg_.child_exit_code) code = 2;
+    } else if (!child.started && cfg_.child_exit_code) {
+        code = 2;  // as consul lock: a child that could not start counts as a failed child
+    }
+    co_return co_await cleanup(s, &held, code);
+}
+
+// Releases the lock, then destroys the session (release first: the next
+// holder gets the key without lock-delay).
+asio::awaitable<int> lock_command::cleanup(session& s, leadership_scope* scope, int code) {
+    phase_ = phase::cleanup;
+    std::string failure;
+    bool aborted = false;
+    bool const was_held = scope && scope->held();
+    if (scope) {
+        try {
+            auto op = scope->release(asio::use_awaitable);
+            auto stop = abort_cleanup_.wait();
+            aborted = !co_await race(std::move(op), std::move(stop));
+        } catch (std::exception const& e) {
+            failure = describe(e);
+        }
+    }
+    if (!failure.empty()) {
+        error("Lock release failed: " + failure);
+        code = 1;
+    } else if (aborted) {
+        error("Lock release interrupted");
+        code = 1;
+    } else if (was_held) {
+        info("released " + scope->key());
+    }
+    failure.clear();
+    if (!aborted) {
+        bool const was_lost = s.state() == session_state::lost;
+        try {
+            auto op = s.close(asio::use_awaitable);
+            auto stop = abort_cleanup_.wait();
+            aborted = !co_await race(std::move(op), std::move(stop));
+        } catch (std::exception const& e) {
+            failure = describe(e);
+        }
+        if (!failure.empty()) {
+            error("Session destroy failed: " + failure);
+            code = 1;
+        } else if (aborted) {
+            error("Session destroy interrupted");
+            code = 1;
+        } else {
+            info("session " + s.id() + (was_lost ? " closed (it was already lost)" : " destroyed"));
+        }
+    }
+    co_return code;
+}
+
+// ---- supervision -------------------------------------------------------------------
+
+void lock_command::signal_group(int sig, bool quiet) {
+    if (pgid_ <= 0) return;
+    if (!quiet) info(describe_signal(sig) + " to the child's process group " + std::to_string(pgid_));
+    ::kill(-pgid_, sig);
+}
+
+bool lock_command::group_alive() const {
+    if (pgid_ <= 0) return false;
+    return ::kill(-pgid_, 0) == 0 || errno == EPERM;
+}
+
+// Reaps the exited processes this subreaper adopted, never the child itself
+// (Boost.Process reaps that one).
+void lock_command::reap_adopted() {
+    for (;;) {
+        siginfo_t si{};
+        if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0) return;
+        if (si.si_pid == 0) return;
+        if (si.si_pid == child_pid_ && !child_reaped_) return;
+        ::waitpid(si.si_pid, nullptr, WNOHANG);
+    }
+}
+
+void lock_command::begin_termination(std::string const& why, bool send_sigterm, bool lock_gone,
+                                     steady::time_point kill_by) {
+    if (lock_gone) stopped_for_lock_ = true;
+    if (!terminating_) {
+        terminating_ = true;
+        auto const now = steady::now();
+        kill_at_ = std::min(now + std::chrono::duration_cast<steady::duration>(cfg_.kill_grace), kill_by);
+        info("stopping the child (" + why + "): SIGKILL to its process group in " + seconds(kill_at_ - now) +
+             " unless it is gone by then");
+        kill_timer_.expires_at(kill_at_);  // wakes the killer
+    }
+    if (send_sigterm && !sigterm_sent_) {
+        sigterm_sent_ = true;
+        signal_group(SIGTERM);
+    }
+}
+
+asio::awaitable<void> lock_command::killer() {
+    for (;;) {
+        auto [ec] = co_await kill_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto cs = co_await asio::this_coro::cancellation_state;
+        if (cs.cancelled() != asio::cancellation_type::none) co_return;
+        if (ec) continue;  // re-armed
+        if (!terminating_ || killed_) continue;
+        killed_ = true;
+        if (group_alive()) {
+            info("the child's process group is still alive after the kill grace of " + seconds(cfg_.kill_grace));
+            signal_group(SIGKILL);
+        }
+        drain_wake_.cancel();
+        kill_timer_.expires_at(steady::time_point::max());
+    }
+}
+
+asio::awaitable<void> lock_command::reaper() {
+    for (;;) {
+        auto [ec, sig] = co_await sigchld_.async_wait(asio::as_tuple(asio::use_awaitable));
+        (void)sig;
+        if (ec) co_return;
+        reap_adopted();
+        drain_wake_.cancel();
+    }
+}
+
+asio::awaitable<void> lock_command::watch_loss(leadership_scope& scope) {
+    auto [ec] = co_await scope.wait_lost(asio::as_tuple(asio::use_awaitable));
+    auto cs = co_await asio::this_coro::cancellation_state;
+    if (cs.cancelled() != asio::cancellation_type::none) co_return;
+    if (ec && ec != make_error_code(error::not_held) && ec != asio::error::operation_aborted) {
+        error("lock lost: " + ec.message());
+        begin_termination("lock lost: " + ec.message(), true, true);
+    }
+    co_await never();
+}
+
+// Stops the child before the session's local deadline when renewals are not
+// being acknowledged: once a renewal is overdue (the session is in jeopardy,
+// or the deadline has not moved by the time less than the kill grace is left)
+// and less than the kill grace is left, so that SIGKILL lands by the deadline.
+asio::awaitable<void> lock_command::watch_deadline(session& s) {
+    auto const ttl = std::chrono::duration_cast<steady::duration>(cfg_.session_ttl);
+    auto const grace = std::chrono::duration_cast<steady::duration>(cfg_.kill_grace);
+    while (!terminating_) {
+        if (s.state() == session_state::lost) break;  // watch_loss handles it
+        auto const deadline = s.local_deadline();
+        if (deadline == steady::time_point::max()) break;
+        auto const now = steady::now();
+        steady::time_point trigger = steady::time_point::max();
+        if (grace < ttl / 2) trigger = deadline - grace;  // the renewal due at deadline - TTL/2 is overdue by then
+        if (s.state() == session_state::jeopardy && deadline - now < grace) trigger = now;
+        if (now >= trigger) {
+            auto const left = std::chrono::duration_cast<std::chrono::nanoseconds>(std::max(deadline - now, {}));
+            error("lease in jeopardy: no renewal acknowledged, " + seconds(left) +
+                  " left before the local deadline; stopping the child");
+            begin_termination("lease in jeopardy", true, true, std::max(deadline, now));
+            break;
+        }
+        watchdog_wake_->expires_at(trigger);
+        auto [ec] = co_await watchdog_wake_->async_wait(asio::as_tuple(asio::use_awaitable));
+        (void)ec;
+        auto cs = co_await asio::this_coro::cancellation_state;
+        if (cs.cancelled() != asio::cancellation_type::none) co_return;
+    }
+    co_await never();
+}
+
+asio::awaitable<void> lock_command::helpers(session& s, leadership_scope& scope) {
+    auto ex = co_await asio::this_coro::executor;
+    co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, watch_loss(scope), asio::deferred),
+                                                     asio::co_spawn(ex, watch_deadline(s), asio::deferred),
+                                                     asio::co_spawn(ex, killer(), asio::deferred),
+                                                     asio::co_spawn(ex, reaper(), asio::deferred))
+        .async_wait(asio::experimental::wait_for_all(), asio::deferred);
+}
+
+// Awaits the child's exit, then the end of everything left in its process
+// group (terminated like the child: SIGTERM, SIGKILL after the grace).
+asio::awaitable<int> lock_command::wait_child_and_group(bp::process& proc) {
+    auto [ec, code] = co_await proc.async_wait(asio::as_tuple(asio::use_awaitable));
+    (void)code;
+    int const status = ec ? 0 : proc.native_exit_code();
+    child_reaped_ = true;
+    if (ec) error("waiting for the child failed: " + ec.message());
+    else info("child " + describe_status(status));
+    restore_terminal();
+
+    reap_adopted();
+    if (group_alive()) {
+        begin_termination("the child exited and left processes in its process group", true, false);
+        steady::time_point give_up = steady::time_point::max();
+        while (group_alive()) {
+            auto const now = steady::now();
+            steady::time_point wake = kill_at_ + 100ms;
+            if (killed_) {
+                // Members that are not our children cannot be reaped here;
+                // look again shortly, for a bounded time.
+                if (give_up == steady::time_point::max()) give_up = now + 2s;
+                if (now >= give_up) {
+                    error("processes remain in group " + std::to_string(pgid_) + " after SIGKILL; not waiting for them");
+                    break;
+                }
+                wake = now + 50ms;
+            }
+            drain_wake_.expires_at(wake);
+            auto [wec] = co_await drain_wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+            (void)wec;
+            reap_adopted();
+        }
+    }
+    if (terminating_) info("the child's process group is gone");
+    pgid_ = -1;
+    co_return status;
+}
+
+void lock_command::restore_terminal() {
+    if (!took_terminal_) return;
+    took_terminal_ = false;
+    struct sigaction ign{}, old{};
+    ign.sa_handler = SIG_IGN;
+    ::sigemptyset(&ign.sa_mask);
+    ::sigaction(SIGTTOU, &ign, &old);
+    ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
+    ::sigaction(SIGTTOU, &old, nullptr);
+}
+
+asio::awaitable<lock_command::child_result> lock_command::supervise(session& s, leadership_scope& scope) {
+    child_result result;
+    auto ex = co_await asio::this_coro::executor;
+
+    std::vector<std::string> extra = {
+        "CONSUL_LOCK_HELD=true",
+        "TENURE_LOCK_KEY=" + scope.key(),
+        "TENURE_SESSION=" + s.id(),
+        "TENURE_FENCING_TOKEN=" + std::to_string(scope.token()),
+    };
+    std::vector<std::string> env = child_environment(extra);
+    std::vector<char const*> envp;
+    for (auto const& e : env) envp.push_back(e.c_str());
+    envp.push_back(nullptr);
+
+    bool const take_terminal =
+        cfg_.pass_stdin && ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+    child_setup setup{envp.data(), take_terminal};
+
+    phase_ = phase::child;
+    if (cfg_.verbose && cfg_.pass_stdin) info("Stdin passed to handler process");
+    info("Starting handler: " + command_.display);
+    std::optional<bp::process> proc;
+    std::string failure;
+    try {
+        if (cfg_.pass_stdin)
+            proc.emplace(ex, command_.program, command_.args, bp::process_stdio{{}, {}, {}}, setup);
+        else
+            proc.emplace(ex, command_.program, command_.args, bp::process_stdio{nullptr, {}, {}}, setup);
+    } catch (std::exception const& e) {
+        failure = describe(e);
+    }
+    if (!failure.empty() || !proc) {
+        error("Error starting handler: " + failure);
+        co_return result;
+    }
+    result.started = true;
+    child_pid_ = proc->id();
+    pgid_ = child_pid_;
+    ::setpgid(child_pid_, child_pid_);  // already done in the child; harmless
+    took_terminal_ = take_terminal;
+    info("child pid " + std::to_string(child_pid_) + " in its own process group");
+
+    // A signal that arrived before the child existed.
+    if (shutdown_.is_set()) begin_termination("shutdown", true, true);
+
+    // Renewal state changes wake the deadline watchdog.
+    std::weak_ptr<asio::steady_timer> wake = watchdog_wake_;
+    s.on_state_change([wake](session_state) {
+        if (auto t = wake.lock()) t->cancel();
+    });
+
+    auto main = wait_child_and_group(*proc);
+    auto rest = helpers(s, scope);
+    std::optional<int> status = co_await race(std::move(main), std::move(rest));
+    result.status = status.value_or(0);
+    phase_ = phase::cleanup;
+    co_return result;
+}
+
+// ---- flags ---------------------------------------------------------------------------
+
+lock_config parse_lock_flags(std::vector<std::string> const& args, bool& help) {
+    lock_config cfg;
+    flag_set flags;
+    flags.add_int("n", cfg.limit);
+    flags.add_string("name", cfg.name);
+    flags.add_bool("pass-stdin", cfg.pass_stdin);
+    flags.add_bool("shell", cfg.shell);
+    flags.add_duration("timeout", cfg.timeout);
+    flags.add_duration("try", cfg.timeout);  // deprecated alias, as in consul
+    flags.add_int("monitor-retry", cfg.monitor_retry);
+    flags.add_bool("verbose", cfg.verbose);
+    flags.add_bool("child-exit-code", cfg.child_exit_code);
+    flags.add_duration("session-ttl", cfg.session_ttl);
+    flags.add_duration("lock-delay", cfg.lock_delay);
+    flags.add_duration("kill-grace", cfg.kill_grace);
+    cfg.http.add_to(flags);
+    auto rest = flags.parse(args);
+    help = flags.help_requested();
+    if (help) return cfg;
+
+    if (cfg.limit <= 0) throw usage_error("Lock holder limit must be positive");
+    if (rest.size() < 2) throw usage_error("Key prefix and child command must be specified");
+    if (cfg.timeout.count() < 0) throw usage_error("Timeout must be positive");
+    if (cfg.monitor_retry < 0) throw usage_error("Number for 'monitor-retry' must be >= 0");
+    if (cfg.session_ttl.count() <= 0) throw usage_error("-session-ttl must be positive");
+    if (cfg.lock_delay.count() < 0) throw usage_error("-lock-delay must not be negative");
+    if (cfg.kill_grace.count() < 0) throw usage_error("-kill-grace must not be negative");
+
+    std::string prefix = rest.front();
+    while (!prefix.empty() && prefix.front() == '/') prefix.erase(0, 1);
+    cfg.prefix = clean_prefix(prefix);
+    cfg.child_args.assign(rest.begin() + 1, rest.end());
+    if (cfg.name.empty()) cfg.name = "Consul lock for '" + join(cfg.child_args) + "' at '" + prefix + "'";
+    return cfg;
+}
+
+}  // namespace
+
+void lock_help(std::ostream& os) {
+    os << "Usage: tenure lock [options] <prefix> <child...>\n\n"
+          "  Acquires a lock (with -n > 1, a slot of a semaphore) under <prefix> and\n"
+          "  runs <child...> while it holds it. Flag-compatible with `consul lock`, and\n"
+          "  the same key layout: for -n 1 the key <prefix>/.lock (a leading '/' of\n"
+          "  the prefix is dropped) taken with Consul's lock flag value, so `consul\n"
+          "  lock` and Go's api.Lock share it. `tenure leader <prefix>/.lock` shows the\n"
+          "  holder.\n\n"
+          "  The child runs in its own process group. Its environment adds\n"
+          "  CONSUL_LOCK_HELD=true, TENURE_LOCK_KEY=<key>, TENURE_SESSION=<session id>\n"
+          "  and TENURE_FENCING_TOKEN=<fencing token>: the key's LockIndex at\n"
+          "  acquisition (with -n > 1: the contender key, and the index of the write\n"
+          "  that admitted this holder). Its stdin is /dev/null unless -pass-stdin.\n\n"
+          "  When the lock is lost (released or taken by another session, key deleted,\n"
+          "  session invalidated, lease expired locally) the child's whole process\n"
+          "  group gets SIGTERM, then SIGKILL after -kill-grace. The child is also\n"
+          "  stopped before the session's local deadline (send time of the last\n"
+          "  acknowledged renewal + TTL), not after the server notices: once a renewal\n"
+          "  is overdue and less than -kill-grace is left, termination starts, so\n"
+          "  SIGKILL lands by the deadline (with -kill-grace < TTL/2; otherwise as soon\n"
+          "  as a renewal fails). -verbose prints these times.\n\n"
+          "  SIGINT, SIGTERM and SIGHUP are forwarded to the child's process group;\n"
+          "  after SIGINT or SIGTERM the group gets SIGKILL if it is still there after\n"
+          "  -kill-grace. When the child exits, whatever it left in its process group\n"
+          "  is stopped the same way; then the lock is released and the session\n"
+          "  destroyed. Unlike consul lock, the key is left in place (free), so its\n"
+          "  LockIndex, the fencing token, keeps growing across holders.\n\n"
+          "  Exit status: 0 when the child ran, also when it was stopped because the\n"
+          "  lock was lost; 2 with -child-exit-code when the child exited non-zero (or\n"
+          "  could not be started); 1 for bad usage, an unreachable agent, setup and\n"
+          "  acquisition errors, -timeout expiry or a signal during acquisition\n"
+          "  (\"Shutdown triggered or timeout during lock acquisition\"), and a failed\n"
+          "  release.\n\n"
+          "Command Options:\n\n"
+          "  -n=<int>\n"
+          "     Limit on the number of concurrent holders. Above 1 the lock becomes a\n"
+          "     semaphore (Consul's layout: <prefix>/<session> and <prefix>/.lock).\n"
+          "     Default: 1\n\n"
+          "  -name=<string>\n"
+          "     Name of the lock's session. Default: \"Consul lock for '<child>' at\n"
+          "     '<prefix>'\".\n\n"
+          "  -pass-stdin\n"
+          "     Pass stdin to the child. Default: false\n\n"
+          "  -shell\n"
+          "     Run the child with a shell: $SHELL -c \"<child args joined by spaces>\",\n"
+          "     or /bin/sh. -shell=false runs the arguments themselves (the program is\n"
+          "     looked up in PATH). Default: true\n\n"
+          "  -timeout=<duration>\n"
+          "     Longest wait to acquire the lock, as a Go duration (\"1s\", \"3h\"); 0\n"
+          "     waits forever. Exit 1 when it expires. -try is a deprecated alias.\n"
+          "     Default: 0\n\n"
+          "  -monitor-retry=<int>\n"
+          "     Accepted for compatibility and ignored: tenure retries transient errors\n"
+          "     (a 500, a dropped connection) for as long as the session's lease can\n"
+          "     still be proven, i.e. until its local deadline. Default: 3\n\n"
+          "  -verbose\n"
+          "     Print the timing the lock runs under (renewal period, local deadline,\n"
+          "     kill grace, worst-case gap after a crash, margin) and each step of the\n"
+          "     lifecycle on stderr. Default: false\n\n"
+          "  -child-exit-code\n"
+          "     Exit 2 when the child exited non-zero. Default: false\n\n"
+          "  -session-ttl=<duration>\n"
+          "     TTL of the lock's session; renewed every TTL/2. Default: 15s\n\n"
+          "  -lock-delay=<duration>\n"
+          "     Lock-delay of the session: after an invalidation (not a clean release)\n"
+          "     nobody can take the key for this long. 0 disables it. Default: 15s\n\n"
+          "  -kill-grace=<duration>\n"
+          "     Time between SIGTERM and SIGKILL to the child's process group.\n"
+          "     Default: 5s\n\n";
+    http_flags::help(os);
+}
+
+int run_lock(std::vector<std::string> args) {
+    bool help = false;
+    lock_config cfg = parse_lock_flags(args, help);
+    if (help) {
+        lock_help(std::cout);
+        return 0;
+    }
+    // A write to a closed stderr must not kill us while the child runs.
+    std::signal(SIGPIPE, SIG_IGN);
+    // Orphans of the child's tree are reparented here, so we can reap them and
+    // know when its process group is gone.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+    asio::io_context io{1};
+    consul::client_config const cmd_http_config = cfg.http.config();
+    lock_command cmd(std::move(cfg), io.get_executor());
+    try {
+        cmd.prepare();
+    } catch (std::exception const& e) {
+        std::cerr << "tenure lock: " << e.what() << '\n';
+        return 1;
+    }
+
+    std::optional<consul::client> client;
+    try {
+        client.emplace(io.get_executor(), cmd_http_config);
+    } catch (std::exception const& e) {
+        std::cerr << "tenure lock: Error connecting to Consul agent: " << describe(e) << '\n';
+        return 1;
+    }
+
+    int rc = 1;
+    asio::co_spawn(io, cmd.signal_loop(), asio::detached);
+    asio::co_spawn(io, cmd.run(*client), [&](std::exception_ptr e, int code) {
+        rc = code;
+        if (e) {
+            try {
+                std::rethrow_exception(e);
+            } catch (std::exception const& ex) {
+                std::cerr << "tenure lock: " << ex.what() << '\n';
+            }
+            rc = 1;
+        }
+        // Let what the library still has in flight (a monitor's last
+        // blocking query) wind down: close the client's connections.
+        cmd.finish();
+        client->close();
+    });
+    io.run();
+    return rc;
+}
+
+}  // namespace tenure::cli
