@@ -11,6 +11,7 @@
 // when the group is empty without polling.
 #include "cli.hpp"
 
+#include <tenure/detail/race.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/detail/duration.hpp>
 #include <tenure/election.hpp>
@@ -168,38 +169,6 @@ asio::awaitable<void> sleep_until(steady::time_point t) {
 asio::awaitable<void> never() {
     asio::steady_timer timer(co_await asio::this_coro::executor, steady::time_point::max());
     co_await timer.async_wait(asio::use_awaitable);
-}
-
-// Runs `a` and `b` concurrently; the first to complete (with a value or an
-// exception) wins and the other is cancelled and awaited. (Asio 1.81's
-// operator|| waits for the first to succeed.) nullopt / false: b won.
-template <class T>
-asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> a,
-                                                                                    asio::awaitable<void> b) {
-    auto ex = co_await asio::this_coro::executor;
-    if constexpr (std::is_void_v<T>) {
-        auto [order, ex0, ex1] = co_await asio::experimental::make_parallel_group(
-                                     asio::co_spawn(ex, std::move(a), asio::deferred),
-                                     asio::co_spawn(ex, std::move(b), asio::deferred))
-                                     .async_wait(asio::experimental::wait_for_one(), asio::deferred);
-        if (order[0] == 0) {
-            if (ex0) std::rethrow_exception(ex0);
-            co_return true;
-        }
-        if (ex1) std::rethrow_exception(ex1);
-        co_return false;
-    } else {
-        auto [order, ex0, r0, ex1] = co_await asio::experimental::make_parallel_group(
-                                         asio::co_spawn(ex, std::move(a), asio::deferred),
-                                         asio::co_spawn(ex, std::move(b), asio::deferred))
-                                         .async_wait(asio::experimental::wait_for_one(), asio::deferred);
-        if (order[0] == 0) {
-            if (ex0) std::rethrow_exception(ex0);
-            co_return std::optional<T>(std::move(r0));
-        }
-        if (ex1) std::rethrow_exception(ex1);
-        co_return std::optional<T>{};
-    }
 }
 
 // ---- the child -------------------------------------------------------------------
@@ -440,7 +409,7 @@ asio::awaitable<int> lock_command::run(consul::client& client) {
         try {
             auto op = client.agent_self();
             auto stop = shutdown_.wait();
-            self = co_await race(std::move(op), std::move(stop));
+            self = co_await tenure::detail::race(std::move(op), std::move(stop));
         } catch (std::exception const& e) {
             failure = describe(e);
         }
@@ -474,7 +443,7 @@ asio::awaitable<int> lock_command::run(consul::client& client) {
         try {
             auto op = session::create(client, so, asio::use_awaitable);
             auto stop = shutdown_.wait();
-            s = co_await race(std::move(op), std::move(stop));
+            s = co_await tenure::detail::race(std::move(op), std::move(stop));
         } catch (std::exception const& e) {
             failure = describe(e);
         }
@@ -497,7 +466,7 @@ asio::awaitable<void> lock_command::acquisition_stop() {
         auto deadline = steady::now() + std::chrono::duration_cast<steady::duration>(cfg_.timeout);
         auto a = shutdown_.wait();
         auto b = sleep_until(deadline);
-        co_await race(std::move(a), std::move(b));
+        co_await tenure::detail::race(std::move(a), std::move(b));
     } else {
         co_await shutdown_.wait();
     }
@@ -512,12 +481,12 @@ asio::awaitable<std::optional<leadership_scope>> lock_command::acquire(session& 
             election e(s, cfg_.key());
             auto op = e.acquire(asio::use_awaitable);
             auto stop = acquisition_stop();
-            scope = co_await race(std::move(op), std::move(stop));
+            scope = co_await tenure::detail::race(std::move(op), std::move(stop));
         } else {
             semaphore sem(s, cfg_.prefix, cfg_.limit);
             auto op = sem.acquire(asio::use_awaitable);
             auto stop = acquisition_stop();
-            scope = co_await race(std::move(op), std::move(stop));
+            scope = co_await tenure::detail::race(std::move(op), std::move(stop));
         }
     } catch (std::exception const& e) {
         failure = describe(e);
@@ -563,7 +532,7 @@ asio::awaitable<int> lock_command::cleanup(session& s, leadership_scope* scope, 
         try {
             auto op = scope->release(asio::use_awaitable);
             auto stop = abort_cleanup_.wait();
-            aborted = !co_await race(std::move(op), std::move(stop));
+            aborted = !co_await tenure::detail::race(std::move(op), std::move(stop));
         } catch (std::exception const& e) {
             failure = describe(e);
         }
@@ -583,7 +552,7 @@ asio::awaitable<int> lock_command::cleanup(session& s, leadership_scope* scope, 
         try {
             auto op = s.close(asio::use_awaitable);
             auto stop = abort_cleanup_.wait();
-            aborted = !co_await race(std::move(op), std::move(stop));
+            aborted = !co_await tenure::detail::race(std::move(op), std::move(stop));
         } catch (std::exception const& e) {
             failure = describe(e);
         }
@@ -824,7 +793,7 @@ asio::awaitable<lock_command::child_result> lock_command::supervise(session& s, 
 
     auto main = wait_child_and_group(*proc);
     auto rest = helpers(s, scope);
-    std::optional<int> status = co_await race(std::move(main), std::move(rest));
+    std::optional<int> status = co_await tenure::detail::race(std::move(main), std::move(rest));
     result.status = status.value_or(0);
     phase_ = phase::cleanup;
     co_return result;
