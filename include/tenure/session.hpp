@@ -9,6 +9,7 @@
 #pragma once
 
 #include <tenure/consul/client.hpp>
+#include <tenure/etcd/client.hpp>
 #include <tenure/detail/async_bridge.hpp>
 #include <tenure/detail/session_fsm.hpp>
 
@@ -71,6 +72,18 @@ public:
                                  std::forward<CompletionToken>(token));
     }
 
+    // The same on etcd: the session is a lease of TTL seconds (rounded up,
+    // at least 1; etcd may raise it to its minimum) kept alive with one
+    // keepalive every TTL/3, revoked by close(). id() is the lease ID in
+    // lowercase hex (etcd's election key suffix). lock_delay is not applied
+    // on etcd yet; behavior, node_checks and health_check_ttl are Consul-only.
+    // Completion signature: void(error_code, session).
+    template <class CompletionToken = boost::asio::deferred_t>
+    static auto create(etcd::client& client, session_options options, CompletionToken&& token = {}) {
+        return detail::async_run(client.get_executor(), create_impl(client, std::move(options)),
+                                 std::forward<CompletionToken>(token));
+    }
+
     bool valid() const noexcept { return impl_ != nullptr; }
     std::string const& id() const;
     session_options const& options() const;
@@ -106,6 +119,7 @@ public:
 private:
     explicit session(std::shared_ptr<detail::session_impl> impl) : impl_(std::move(impl)) {}
     static boost::asio::awaitable<session> create_impl(consul::client& client, session_options options);
+    static boost::asio::awaitable<session> create_impl(etcd::client& client, session_options options);
     boost::asio::awaitable<void> wait_lost_impl();
     boost::asio::awaitable<void> close_impl();
 

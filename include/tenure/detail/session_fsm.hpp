@@ -30,6 +30,12 @@ public:
     }
 
     duration ttl() const noexcept { return ttl_; }
+    // Renew every TTL/divisor (2 by default; etcd's clients use 3). Call
+    // before the first renewal.
+    void set_renew_divisor(int divisor) noexcept {
+        divisor_ = std::max(divisor, 1);
+        next_renew_ = last_ack_sent_ + ttl_ / divisor_;
+    }
     bool has_ttl() const noexcept { return ttl_.count() > 0; }
     session_state state() const noexcept { return state_; }
     error lost_reason() const noexcept { return reason_; }
@@ -53,7 +59,7 @@ public:
         // A late answer must never move the deadline backwards.
         last_ack_sent_ = std::max(last_ack_sent_, sent_at);
         state_ = session_state::healthy;
-        next_renew_ = std::max(now, last_ack_sent_ + ttl_ / 2);
+        next_renew_ = std::max(now, last_ack_sent_ + ttl_ / divisor_);
         if (now >= local_deadline()) lose(error::lease_expired_locally);
     }
 
@@ -85,6 +91,7 @@ public:
 
 private:
     duration ttl_;
+    int divisor_ = 2;
     time_point last_ack_sent_;
     time_point next_renew_;
     session_state state_ = session_state::healthy;

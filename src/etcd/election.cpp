@@ -1,0 +1,378 @@
+// etcd's lease-as-session and election key scheme behind tenure's session,
+// election and leadership_scope (see election.hpp).
+//
+// g++ 12: every argument with a non-trivial destructor is named before the
+// co_await that passes it (no braced temporaries, no std::string temporaries
+// inside a co_await expression).
+#include "election.hpp"
+
+#include <tenure/session.hpp>
+
+#include <boost/asio/this_coro.hpp>
+
+#include <cstdio>
+
+namespace tenure::detail {
+
+using namespace std::chrono_literals;
+using boost::system::system_error;
+
+std::string etcd_lease_hex(std::int64_t lease) {
+    char buf[20];
+    std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(lease));
+    return buf;
+}
+
+namespace {
+
+bool is_lease_not_found(system_error const& e) { return e.code() == make_error_code(error::lease_not_found); }
+
+// One consistent snapshot (a read-only txn) of what a candidate needs: its
+// own key and its predecessor (the key under the prefix with the largest
+// create_revision below `my_rev`), or with my_rev == 0 the lowest key (the
+// leader).
+struct election_view {
+    std::int64_t revision = 0;
+    std::optional<etcd::key_value> own;
+    std::optional<etcd::key_value> other;  // predecessor, or the leader when my_rev == 0
+};
+
+asio::awaitable<election_view> read_view(etcd::client& c, std::string own_key, std::string prefix,
+                                         std::int64_t my_rev) {
+    std::string end = etcd::prefix_end(prefix);
+    etcd::range_options other_opts;
+    other_opts.limit = 1;
+    other_opts.target = etcd::sort_target::create;
+    if (my_rev > 0) {
+        other_opts.order = etcd::sort_order::descend;
+        other_opts.max_create_revision = my_rev - 1;
+    } else {
+        other_opts.order = etcd::sort_order::ascend;
+    }
+    etcd::range_op own_op;
+    own_op.key = own_key;
+    etcd::range_op other_op;
+    other_op.key = prefix;
+    other_op.range_end = end;
+    other_op.options = other_opts;
+    std::vector<etcd::compare> no_compares;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(own_op));
+    ops.emplace_back(std::move(other_op));
+    std::vector<etcd::request_op> no_ops;
+    auto r = co_await c.txn(no_compares, ops, no_ops);
+    election_view v;
+    v.revision = r.header.revision;
+    if (r.responses.size() == 2) {
+        if (auto* a = std::get_if<etcd::range_response>(&r.responses[0]); a && !a->kvs.empty())
+            v.own = a->kvs.front();
+        if (auto* b = std::get_if<etcd::range_response>(&r.responses[1]); b && !b->kvs.empty())
+            v.other = b->kvs.front();
+    } else {
+        throw system_error(make_error_code(error::unexpected_response));
+    }
+    co_return v;
+}
+
+// Completes at the first DELETE of `key` at or after revision `from`.
+asio::awaitable<void> wait_deleted(etcd::client& c, std::string key, std::int64_t from) {
+    etcd::watch_options wo;
+    wo.start_revision = from;
+    wo.no_put = true;
+    std::string no_end;
+    auto w = co_await c.watch(key, no_end, wo);
+    for (;;) {
+        auto r = co_await w.next();
+        for (auto const& ev : r.events)
+            if (ev.type == etcd::event_type::del && ev.kv.key == key) co_return;
+    }
+}
+
+// Why our key is gone: the lease died with it, or someone deleted it.
+asio::awaitable<boost::system::error_code> why_gone(etcd::client& c, std::int64_t lease) {
+    try {
+        auto ttl = co_await c.lease_time_to_live(lease);
+        if (ttl < 0) co_return make_error_code(error::session_invalidated);
+    } catch (system_error const& e) {
+        if (is_abort(e)) throw;
+        if (is_lease_not_found(e)) co_return make_error_code(error::session_invalidated);
+    }
+    co_return make_error_code(error::key_deleted);
+}
+
+// Deletes `key` if it still has create_revision `rev` (etcd's Resign).
+asio::awaitable<void> resign(etcd::client& c, std::string key, std::int64_t rev) {
+    std::vector<etcd::compare> cmps;
+    cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal, rev));
+    etcd::delete_op del;
+    del.key = key;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(del));
+    std::vector<etcd::request_op> no_ops;
+    co_await c.txn(cmps, ops, no_ops);
+}
+
+}  // namespace
+
+// ---- session -----------------------------------------------------------------------
+
+void etcd_session::lease_gone() {
+    if (closing || lost_event.is_set()) return;
+    fsm.invalidated();
+    mark_lost(make_error_code(error::session_invalidated));
+}
+
+asio::awaitable<bool> etcd_session::renew_once() {
+    auto self = shared_from_this();
+    try {
+        auto ttl = co_await client.lease_keepalive(lease);
+        co_return ttl > 0;
+    } catch (system_error const& e) {
+        if (is_lease_not_found(e)) co_return false;
+        throw;
+    }
+}
+
+asio::awaitable<void> etcd_session::destroy_remote() {
+    auto self = shared_from_this();
+    try {
+        co_await client.lease_revoke(lease);
+    } catch (system_error const& e) {
+        if (!is_lease_not_found(e)) throw;
+    }
+}
+
+asio::awaitable<std::optional<leader_info>> etcd_session::read_leader(std::string name) {
+    auto self = shared_from_this();
+    std::string prefix = name + "/";
+    std::string end = etcd::prefix_end(prefix);
+    etcd::range_options opts;
+    opts.limit = 1;
+    opts.order = etcd::sort_order::ascend;
+    opts.target = etcd::sort_target::create;
+    auto r = co_await client.range(prefix, end, opts);
+    if (r.kvs.empty()) co_return std::nullopt;
+    auto const& kv = r.kvs.front();
+    co_return leader_info{kv.value, etcd_lease_hex(kv.lease), static_cast<std::uint64_t>(kv.create_revision),
+                          static_cast<std::uint64_t>(kv.mod_revision)};
+}
+
+// etcd's Campaign, with the own key watched while waiting (no phantom
+// leadership) and transient errors retried within the lease.
+asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(std::string name, std::string value, bool once) {
+    auto self = std::static_pointer_cast<etcd_session>(shared_from_this());
+    std::string const prefix = name + "/";
+    std::string const own_key = prefix + id;
+    std::int64_t my_rev = 0;
+    clock::duration retry = 20ms;
+    bool aborted = false;
+    std::shared_ptr<etcd_election_scope> won;
+
+    try {
+        for (;;) {
+            std::optional<boost::system::error_code> fatal;
+            bool transient = false;
+            try {
+                if (my_rev == 0) {
+                    // Campaign txn: create the key with our lease, else read it back.
+                    std::vector<etcd::compare> cmps;
+                    cmps.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, 0));
+                    etcd::put_op put;
+                    put.key = own_key;
+                    put.value = value;
+                    put.options.lease = lease;
+                    std::vector<etcd::request_op> then_ops;
+                    then_ops.emplace_back(std::move(put));
+                    etcd::range_op get;
+                    get.key = own_key;
+                    std::vector<etcd::request_op> else_ops;
+                    else_ops.emplace_back(std::move(get));
+                    auto t = co_await client.txn(cmps, then_ops, else_ops);
+                    if (t.succeeded) {
+                        my_rev = t.header.revision;
+                    } else {
+                        etcd::key_value const* kv = nullptr;
+                        if (!t.responses.empty())
+                            if (auto* rr = std::get_if<etcd::range_response>(&t.responses[0]); rr && !rr->kvs.empty())
+                                kv = &rr->kvs.front();
+                        if (!kv) continue;  // deleted between compare and range: campaign again
+                        if (kv->lease != lease) throw system_error(make_error_code(error::lock_conflict));
+                        std::int64_t const rev = kv->create_revision;
+                        if (kv->value != value) {
+                            // Re-campaign with the same lease: proclaim the new value.
+                            std::vector<etcd::compare> same;
+                            same.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, rev));
+                            etcd::put_op proclaim;
+                            proclaim.key = own_key;
+                            proclaim.value = value;
+                            proclaim.options.lease = lease;
+                            std::vector<etcd::request_op> p_ops;
+                            p_ops.emplace_back(std::move(proclaim));
+                            std::vector<etcd::request_op> no_ops;
+                            auto p = co_await client.txn(same, p_ops, no_ops);
+                            if (!p.succeeded) continue;  // the key changed under us: campaign again
+                        }
+                        my_rev = rev;
+                    }
+                }
+
+                // Wait for the predecessor, while watching our own key.
+                auto v = co_await read_view(client, own_key, prefix, my_rev);
+                if (!v.own || v.own->create_revision != my_rev) {
+                    fatal = co_await why_gone(client, lease);
+                } else if (v.own->lease != lease) {
+                    fatal = make_error_code(error::released_by_other);
+                } else if (!v.other) {
+                    auto st = std::make_shared<etcd_election_scope>(self, own_key, value, client, prefix, lease);
+                    st->token = static_cast<std::uint64_t>(my_rev);
+                    st->watch_from = v.revision + 1;
+                    won = std::move(st);
+                    break;
+                } else if (once) {
+                    co_await resign(client, own_key, my_rev);
+                    co_return nullptr;
+                } else {
+                    std::string pred_key = v.other->key;
+                    std::int64_t const from = v.revision + 1;
+                    auto pred_gone = wait_deleted(client, pred_key, from);
+                    auto own_gone = wait_deleted(client, own_key, from);
+                    co_await race(std::move(pred_gone), std::move(own_gone));
+                    retry = 20ms;
+                    // Either way: re-read (the predecessor went, or our key did).
+                }
+            } catch (system_error const& e) {
+                if (is_abort(e)) throw;
+                if (e.code() == make_error_code(error::lock_conflict)) throw;
+                if (is_lease_not_found(e)) fatal = make_error_code(error::session_invalidated);
+                else transient = true;
+            }
+            if (fatal) {
+                if (*fatal == make_error_code(error::session_invalidated)) lease_gone();
+                throw system_error(*fatal);
+            }
+            if (transient) co_await pause_and_grow(retry);
+        }
+    } catch (system_error const& e) {
+        if (!is_abort(e) || my_rev == 0) throw;
+        aborted = true;
+    }
+    if (aborted) {
+        // A cancelled campaign withdraws its candidacy (as etcd's Campaign does).
+        co_await asio::this_coro::reset_cancellation_state();
+        try {
+            auto withdraw = resign(client, own_key, my_rev);
+            co_await with_deadline(std::move(withdraw), clock::now() + 2s);
+        } catch (system_error const&) {
+        }
+        throw system_error(asio::error::operation_aborted);
+    }
+    adopt(won);
+    co_return won;
+}
+
+asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client& client, session_options options) {
+    if (options.ttl.count() <= 0) throw system_error(make_error_code(std::errc::invalid_argument));
+    auto const ns = options.ttl.count();
+    std::int64_t secs = (ns + 999'999'999) / 1'000'000'000;
+    if (secs < 1) secs = 1;
+    auto const sent = clock::now();
+    auto granted = co_await client.lease_grant(secs);
+    auto impl = std::make_shared<etcd_session>(client, std::move(options), granted.id, sent);
+    impl->start();
+    co_return impl;
+}
+
+// ---- scope -------------------------------------------------------------------------
+
+asio::awaitable<void> etcd_election_scope::send_release() {
+    auto self = shared_from_this();
+    std::string own_key = key;
+    co_await resign(client, own_key, static_cast<std::int64_t>(token));
+}
+
+asio::awaitable<boost::system::error_code> etcd_election_scope::check_held() {
+    auto self = shared_from_this();
+    std::string own_key = key;
+    auto v = co_await read_view(client, own_key, prefix, 0);
+    if (!v.own || v.own->create_revision != static_cast<std::int64_t>(token)) co_return co_await why_gone(client, lease);
+    if (v.own->lease != lease) co_return make_error_code(error::released_by_other);
+    if (!v.other || v.other->key != own_key) co_return make_error_code(error::released_by_other);
+    co_return boost::system::error_code{};
+}
+
+// Watches the own key: loss when it is deleted (key_deleted, or
+// session_invalidated when the lease went with it) or re-created / taken
+// over by another lease. Transient errors are retried: the session's local
+// deadline decides when an unreachable etcd means loss.
+asio::awaitable<void> etcd_election_scope::monitor() {
+    auto self = shared_from_this();
+    auto sess = std::static_pointer_cast<etcd_session>(session);
+    std::string const own_key = key;
+    std::int64_t from = watch_from;
+    clock::duration retry = 20ms;
+    while (status == scope_status::held) {
+        std::optional<boost::system::error_code> why;
+        bool reread = false;
+        try {
+            etcd::watch_options wo;
+            wo.start_revision = from;
+            std::string no_end;
+            auto w = co_await client.watch(own_key, no_end, wo);
+            retry = 20ms;
+            while (!why) {
+                auto r = co_await w.next();
+                for (auto const& ev : r.events) {
+                    from = ev.kv.mod_revision + 1;
+                    if (ev.type == etcd::event_type::del) {
+                        why = co_await why_gone(client, lease);
+                        break;
+                    }
+                    if (ev.kv.create_revision != static_cast<std::int64_t>(token) || ev.kv.lease != lease) {
+                        why = make_error_code(error::released_by_other);
+                        break;
+                    }
+                }
+            }
+        } catch (system_error const& e) {
+            if (status != scope_status::held || is_abort(e)) co_return;
+            reread = true;
+        }
+        if (status != scope_status::held) co_return;
+        if (why) {
+            if (*why == make_error_code(error::session_invalidated)) sess->lease_gone();
+            lose(*why);
+            co_return;
+        }
+        if (reread) {
+            // The watch failed (compaction, a member going away): check the
+            // key directly, then watch again from that read.
+            co_await pause_and_grow(retry);  // throws operation_aborted when the monitor is stopped
+            try {
+                std::string end;
+                etcd::range_options ro;
+                auto r = co_await client.range(own_key, end, ro);
+                if (status != scope_status::held) co_return;
+                if (r.kvs.empty() || r.kvs.front().create_revision != static_cast<std::int64_t>(token)) {
+                    auto g = co_await why_gone(client, lease);
+                    if (status != scope_status::held) co_return;
+                    if (g == make_error_code(error::session_invalidated)) sess->lease_gone();
+                    lose(g);
+                    co_return;
+                }
+                from = r.header.revision + 1;
+            } catch (system_error const& e) {
+                if (is_abort(e)) co_return;
+            }
+        }
+    }
+}
+
+}  // namespace tenure::detail
+
+namespace tenure {
+
+boost::asio::awaitable<session> session::create_impl(etcd::client& client, session_options options) {
+    co_return session(co_await detail::create_etcd_session(client, std::move(options)));
+}
+
+}  // namespace tenure

@@ -1,0 +1,65 @@
+// etcd's lease-as-session and election (internal): the key scheme of etcd's
+// client/v3/concurrency Election, so that tenure candidates and
+// `etcdctl elect` candidates share one election.
+//
+//   session   = one lease (lease_grant), renewed by one keepalive POST every
+//               TTL/3, revoked on close.
+//   candidate = key `<name>/<lease id in lowercase hex>`, created by a txn on
+//               create_revision == 0 with the lease attached (else read back:
+//               re-campaign with the same lease, proclaiming the new value).
+//   leader    = the key under `<name>/` with the lowest create_revision; each
+//               candidate waits for the DELETE of its predecessor only (the
+//               largest create_revision below its own) while also watching
+//               its own key, so a campaign whose key or lease dies ends with
+//               an error instead of "leading" (etcd#19597).
+//   token     = the own key's create_revision.
+#pragma once
+
+#include "../primitives.hpp"
+
+#include <tenure/etcd/client.hpp>
+
+namespace tenure::detail {
+
+// "%x" of a lease ID, as etcd's Go client formats it.
+std::string etcd_lease_hex(std::int64_t lease);
+
+struct etcd_session;
+
+struct etcd_election_scope final : scope_state {
+    etcd_election_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, etcd::client& c,
+                        std::string prefix, std::int64_t lease)
+        : scope_state(std::move(s), std::move(k), std::move(v)), client(c), prefix(std::move(prefix)),
+          lease(lease) {}
+
+    etcd::client& client;
+    std::string prefix;        // "<name>/"
+    std::int64_t lease = 0;    // our lease
+    std::int64_t watch_from = 0;  // the monitor's first revision
+
+    asio::awaitable<void> monitor() override;
+    asio::awaitable<void> send_release() override;
+    asio::awaitable<boost::system::error_code> check_held() override;
+};
+
+struct etcd_session final : session_impl {
+    etcd_session(etcd::client& c, session_options o, std::int64_t lease, clock::time_point sent)
+        : session_impl(c.get_executor(), std::move(o), etcd_lease_hex(lease), sent), client(c), lease(lease) {
+        fsm.set_renew_divisor(3);
+    }
+
+    etcd::client& client;
+    std::int64_t lease;
+
+    asio::awaitable<bool> renew_once() override;
+    asio::awaitable<void> destroy_remote() override;
+    asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
+    asio::awaitable<std::optional<leader_info>> read_leader(std::string key) override;
+
+    // Called when etcd says our lease is gone: the session is lost now.
+    void lease_gone();
+};
+
+asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client& client, session_options options);
+
+}  // namespace tenure::detail
