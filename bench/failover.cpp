@@ -1,203 +1,1044 @@
-// Failover latency: from the moment a leader's term ends to the moment the
-// next candidate's acquire() resolves, over many handovers.
+// failover: handover latency of the election — from the moment a leader's term
+// ends to the moment the next candidate's election.acquire() resolves — as a
+// distribution over many handovers, per scenario, backend and candidate count.
 //
-//   failover [--handovers N] [--candidates K] [--scenario clean|destroy|all]
-//            [--lock-delay-ms D] [--agent-addr URL]
+//   failover [--quick | --full] [--scenario LIST] [--backend LIST] [--candidates LIST]
+//            [--handovers N] [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D]
+//            [--hold-ms H] [--csv FILE] [--plot DIR]
+//   failover --candidate --consul URL --key KEY --ttl-ms T --lock-delay-ms D   (child mode)
 //
-// clean:   the leader releases the key (?release=): no lock-delay.
-// destroy: the leader's session is destroyed on the server: lock-delay D
-//          applies; the figure of interest is the overshoot past D.
-// Without --agent-addr it starts the `tenure agent` binary (HTTP on loopback).
-#include <tenure/consul/client.hpp>
+// --quick (the default: 20 handovers, 4 for probe/ttl/kill, TTL 300 ms, D 50 ms) takes about
+// a minute; --full (200 handovers, 30 for probe/ttl/kill, TTL 1 s, D 100 ms) about 20 minutes.
+// LISTs are comma-separated. A table goes to stdout, progress to stderr, one
+// CSV row per handover to --csv, and a CDF plot per scenario (PNG, gnuplot) to --plot.
+//
+// Scenarios (how the leader's term ends; "D" is --lock-delay-ms):
+//   clean       the leader releases the key (?release=): no lock-delay.
+//   destroy-0   the leader's session is destroyed (PUT /v1/session/destroy), LockDelay 0.
+//   destroy     the same with LockDelay D.
+//   check-fail  the leader's session carries tenure's application health check
+//               (session_options::health_check_ttl); the bench sets that check critical
+//               (PUT /v1/agent/check/fail): the server invalidates the session; LockDelay D.
+//   probe       the same check, but through the session's health_probe turning false: the
+//               session reports the check critical at its next renewal (every TTL/2).
+//   ttl         TTL lapse: a raw session (created with the client, TTL T, never renewed
+//               again) holds the key; the server invalidates it 2 x TTL after its last
+//               renewal (Consul's grace). Measured from the invalidation AND from the last
+//               renewal.
+//   kill        a real child process (this binary in --candidate mode: a tenure session with
+//               TTL T, renewed every T/2, and election.acquire()) leads and is SIGKILLed.
+//               Leadership ends at the kill; the server notices when the TTL lapses.
+//
+// Backends: http (the `tenure agent` binary as a child process, one Consul HTTP client
+// per candidate over loopback keep-alive connections) and inproc (a tenure::agent on the
+// bench's io_context, one in-process client per candidate, no sockets; the kill
+// scenario's child process talks to that same agent over its HTTP listener).
+// etcd (tenure's etcd v3 client) and the `etcdctl elect` baseline are further backends
+// to come: a backend only has to provide candidates that campaign on one key and a way
+// to end a term per scenario (see run::end_term) — their rows go beside these.
+//
+// K candidates means K sessions contend for the key: the leader and K-1 followers
+// parked in acquire(). In the candidate-led scenarios the leader is the previous
+// winner; in ttl and kill the previous winner hands the key over to the raw session /
+// the child with one transaction (unlock + lock), then campaigns again as a follower.
+// Before each term ends the followers are given time to park (--hold-ms; on the
+// in-process backend the bench also waits until the agent has them parked).
+//
+// Breakdown of each handover:
+//   detection    end of leadership -> the server invalidates the session (clean: the key
+//                is free). inproc: exact, from the agent's state machine hooks. http: the
+//                earliest of three signs, each an upper bound: the agent's "session
+//                invalidated" log line (read from its stderr, written before it answers
+//                the woken queries), a blocking query on /v1/session/info/<id> (clean: on
+//                the key), and the answer to the request that ended the term. The CSV
+//                also has the blocking query's own figure (query_detection_ms): with 100
+//                candidates it is one of 100 woken queries and can lag by milliseconds.
+//   lock-delay   the leader's LockDelay (0 for clean and destroy-0).
+//   acquisition  invalidation + lock-delay -> acquire() resolved: the overshoot past
+//                the lock-delay (for clean: key free -> acquire resolved).
+#include "common.hpp"
+
 #include <tenure/election.hpp>
 
-#define BOOST_PROCESS_V2_HEADER_ONLY 1
-#include <boost/asio.hpp>
-#include <boost/process/v2.hpp>
-
-#include <algorithm>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
-#include <string>
-#include <vector>
-
-namespace asio = boost::asio;
-namespace bp = boost::process::v2;
-using namespace std::chrono_literals;
-using steady = std::chrono::steady_clock;
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
 
 namespace {
 
+using namespace bench;
+namespace consul = tenure::consul;
+using tenure::detail::agent::watch_target;
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
+bool const trace_on = std::getenv("FAILOVER_TRACE") != nullptr;
+#define TRACE(...) do { if (trace_on) { std::fprintf(stderr, "[trace] " __VA_ARGS__); std::fprintf(stderr, "\n"); } } while (0)
+
+enum class leader_kind { candidate, raw, child };
+
+struct scenario_def {
+    std::string name;
+    std::string title;  // for tables and plots
+    bool delay;         // LockDelay D applies (else 0)
+    bool slow;          // a round takes about a TTL: --slow-handovers
+    leader_kind leader;
+};
+
+std::vector<scenario_def> const all_scenarios = {
+    {"clean", "clean release (?release=)", false, false, leader_kind::candidate},
+    {"destroy-0", "session destroyed, LockDelay 0", false, false, leader_kind::candidate},
+    {"destroy", "session destroyed, LockDelay D", true, false, leader_kind::candidate},
+    {"check-fail", "bound health check set critical", true, false, leader_kind::candidate},
+    {"probe", "health probe turns false (seen at the next renewal)", true, true, leader_kind::candidate},
+    {"ttl", "TTL lapse (session no longer renewed)", true, true, leader_kind::raw},
+    {"kill", "leader process SIGKILLed", true, true, leader_kind::child},
+};
+
+scenario_def const& find_scenario(std::string const& name) {
+    for (auto const& s : all_scenarios)
+        if (s.name == name) return s;
+    throw std::runtime_error("unknown scenario " + name);
+}
+
 struct config {
-    int handovers = 200;
-    int candidates = 3;
-    std::string scenario = "all";
-    int lock_delay_ms = 50;
-    std::string agent_addr;
+    std::string mode = "quick";
+    std::vector<std::string> scenarios;
+    std::vector<std::string> backends{"http", "inproc"};
+    std::vector<int> candidates{3, 10, 100};
+    int handovers = 20;
+    int slow_handovers = 4;
+    std::chrono::milliseconds ttl{300};
+    std::chrono::milliseconds lock_delay{50};
+    std::optional<double> hold_ms;
+    std::string csv, plot_dir;
+    std::string from_csv;  // print and plot a previous run's CSV instead of measuring
 };
 
-double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+// Long TTL for sessions whose TTL plays no part in the scenario.
+constexpr std::chrono::seconds quiet_ttl{10};
 
-struct run_state {
-    std::vector<double> samples;
-    steady::time_point term_end{};
-    bool measuring = false;
-    int wanted = 0;
-    bool done = false;
+struct sample {
+    double latency = nan_v;       // end of leadership -> acquire() resolved
+    double detection = nan_v;     // end -> invalidation (key free)
+    double lock_delay = 0;        // configured
+    double acquisition = nan_v;   // invalidation + lock-delay -> acquire() resolved
+    double renew_to_inval = nan_v;  // ttl: last renewal sent -> invalidation
+    double from_renewal = nan_v;    // ttl: last renewal sent -> acquire() resolved
+    int rejected = -1;              // inproc: acquires refused by the lock-delay during the handover
+    double query_detection = nan_v;  // http: end -> the blocking query on /v1/session/info (clean: the key) saw it
 };
 
-asio::awaitable<void> candidate(tenure::consul::client& client, config const& cfg, std::string const& scenario,
-                                std::string key, int id, run_state& st) {
-    tenure::session_options so;
-    so.name = "bench-" + std::to_string(id);
-    so.ttl = 10s;
-    so.lock_delay = scenario == "clean" ? 0ms : std::chrono::milliseconds(cfg.lock_delay_ms);
-    tenure::session s;
-    try {
-        while (!st.done) {
-            s = co_await tenure::session::create(client, so);
+struct result_set {
+    std::string backend, scenario;
+    int candidates = 0;
+    double lock_delay_ms = 0, ttl_ms = 0;
+    std::vector<sample> samples;
+    std::string load;  // load average after the run
+};
+
+template <class F>
+std::vector<double> column(std::vector<sample> const& v, F f) {
+    std::vector<double> out;
+    for (auto const& s : v)
+        if (double x = f(s); !std::isnan(x)) out.push_back(x);
+    return out;
+}
+
+// Waits on `timer` (cancelled by whoever changes the condition) until cond()
+// holds or the deadline passes. (A template: a lambda converted to
+// std::function inside a co_await expression would trip g++ 12.)
+template <class F>
+asio::awaitable<bool> wait_until(asio::steady_timer& timer, F cond, steady::time_point deadline) {
+    while (!cond()) {
+        if (steady::now() >= deadline) co_return false;
+        timer.expires_at(deadline);
+        co_await timer.async_wait(tuple_awaitable);
+    }
+    co_return true;
+}
+
+asio::awaitable<void> sleep_for(steady::duration d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(tuple_awaitable);
+}
+
+// ---------------------------------------------------------------------------
+// Child mode: one candidate in its own process (the kill scenario's leader).
+// Prints "READY <session>" once its session exists and "ELECTED <session>
+// <token>" once it leads, then keeps renewing until it is killed.
+
+int run_child(std::string url, std::string key, std::chrono::milliseconds ttl, std::chrono::milliseconds delay) {
+    asio::io_context io;
+    consul::client_config cc;
+    cc.address = url;
+    consul::client cl(io.get_executor(), cc);
+    int rc = 0;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            tenure::session_options so;
+            so.name = "bench-child-" + std::to_string(::getpid());
+            so.ttl = ttl;
+            so.lock_delay = delay;
+            tenure::session s = co_await tenure::session::create(cl, so);
+            std::printf("READY %s\n", s.id().c_str());
+            std::fflush(stdout);
             tenure::election e(s, key, so.name);
-            while (!st.done) {
-                auto [ec, scope] = co_await e.acquire(asio::as_tuple(asio::use_awaitable));
-                if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
-                if (ec) break;  // our session was destroyed: campaign with a new one
-                auto now = steady::now();
-                if (st.measuring && !st.done) st.samples.push_back(ms(now - st.term_end));
-                st.measuring = true;
-                if (static_cast<int>(st.samples.size()) >= st.wanted) {
-                    st.done = true;
-                    co_await scope.release();
-                    break;
+            tenure::leadership_scope scope = co_await e.acquire();
+            std::printf("ELECTED %s %llu\n", s.id().c_str(), static_cast<unsigned long long>(scope.token()));
+            std::fflush(stdout);
+            co_await scope.wait_lost(tuple_awaitable);  // until SIGKILL
+        },
+        [&](std::exception_ptr e) {
+            if (e) {
+                try {
+                    std::rethrow_exception(e);
+                } catch (std::exception const& x) {
+                    std::fprintf(stderr, "failover --candidate: %s\n", x.what());
                 }
-                // End the term.
-                st.term_end = steady::now();
-                if (scenario == "clean") {
-                    co_await scope.release();
-                } else {
-                    co_await client.session_destroy(s.id());
-                    co_await scope.wait_lost(asio::as_tuple(asio::use_awaitable));
-                    break;
+                rc = 1;
+            }
+            cl.close();
+        });
+    io.run();
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+// One run: a backend, a scenario, K candidates, N handovers.
+
+struct candidate {
+    candidate(asio::any_io_executor ex, int i) : id(i), name("bench-" + std::to_string(i)), resume(ex) {}
+    int id;
+    std::string name;
+    std::unique_ptr<consul::client> cl;
+    tenure::session s;
+    std::optional<tenure::election> e;
+    tenure::leadership_scope scope;
+    std::shared_ptr<bool> probe_fail;  // probe scenario: the session's health_probe answers !*probe_fail
+    bool new_session = false;          // set by the controller after an invalidation
+    bool may_campaign = true;
+    asio::steady_timer resume;
+    asio::cancellation_signal stop;
+};
+
+struct child_proc {
+    std::unique_ptr<asio::readable_pipe> out;
+    std::unique_ptr<bp::process> proc;
+    std::string buf;
+};
+
+class run {
+public:
+    run(config const& cfg, scenario_def const& sc, backend& be, int k, std::string self_exe)
+        : cfg_(cfg), sc_(sc), be_(be), k_(k), self_(std::move(self_exe)), wake_(be.executor()) {}
+
+    asio::awaitable<result_set> go();
+
+private:
+    asio::awaitable<void> candidate_loop(candidate& c);
+    void elected(candidate& c, steady::time_point t) {
+        if (!winner_) {
+            winner_ = &c;
+            t3_ = t;
+        } else {
+            ++double_wins_;
+        }
+        wake_.cancel();
+    }
+    asio::awaitable<candidate*> next_winner(steady::time_point deadline);
+    asio::awaitable<void> hold(int followers, bool leader_monitor);
+    void arm_observer(std::string const& sid, bool key_mode);
+    asio::awaitable<void> observe(std::string sid, bool key_mode);
+    void disarm_observer();
+    asio::awaitable<void> swap_to(candidate& w, std::string const& sid, std::string const& value);
+    asio::awaitable<std::string> read_child_line(child_proc& ch);
+    void resume_candidate(candidate& c) {
+        c.may_campaign = true;
+        c.resume.cancel();
+    }
+    std::chrono::nanoseconds delay() const { return sc_.delay ? std::chrono::nanoseconds(cfg_.lock_delay) : 0ns; }
+    steady::duration round_timeout() const { return 2 * cfg_.ttl + cfg_.lock_delay + 10s; }
+
+    config const& cfg_;
+    scenario_def const& sc_;
+    backend& be_;
+    int k_;
+    std::string self_;
+    std::string key_;
+    tenure::session_options so_;
+    std::vector<std::unique_ptr<candidate>> cands_;
+    std::unique_ptr<consul::client> admin_;  // the raw session, the hand-over txn, the http observer
+    asio::steady_timer wake_;                // the controller waits on it
+    candidate* winner_ = nullptr;
+    steady::time_point t3_{};
+    int double_wins_ = 0;
+    bool stopping_ = false;
+    int finished_ = 0;
+    std::string failure_;
+
+    // Observation of the round's invalidation (or key release).
+    std::string watch_sid_;
+    std::optional<steady::time_point> t1_;
+    std::optional<steady::time_point> t_query_;  // http: when the blocking query saw it
+    std::optional<tenure::detail::agent::state_machine::watch_registration> key_watch_;
+    std::unique_ptr<asio::cancellation_signal> obs_stop_;
+    bool obs_parked_ = false;
+    bool obs_running_ = false;
+    int rejects_ = 0;
+    std::mt19937_64 rng_{std::random_device{}()};
+};
+
+asio::awaitable<void> run::candidate_loop(candidate& c) {
+    try {
+        while (!stopping_) {
+            if (c.new_session || !c.s.valid() || c.s.state() == tenure::session_state::lost) {
+                c.new_session = false;
+                tenure::session_options so = so_;
+                so.name = c.name;
+                if (sc_.name == "probe") {
+                    auto flag = std::make_shared<bool>(false);
+                    c.probe_fail = flag;
+                    so.health_probe = [flag] { return !*flag; };
                 }
-                if (st.samples.size() % 50 == 0)
-                    std::fprintf(stderr, "\r  %s: %zu/%d handovers", scenario.c_str(), st.samples.size(), st.wanted);
+                c.e.reset();
+                c.s = tenure::session{};  // the old one closes in the background
+                c.s = co_await tenure::session::create(*c.cl, so);
+                c.e.emplace(c.s, key_, c.name);
+            }
+            auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
+            auto const t = steady::now();
+            if (stopping_ || ec == asio::error::operation_aborted) break;
+            if (ec) {
+                c.new_session = true;  // our session was lost while waiting
+                continue;
+            }
+            c.scope = std::move(scope);
+            c.may_campaign = false;
+            elected(c, t);
+            while (!c.may_campaign && !stopping_) {
+                c.resume.expires_at(steady::time_point::max());
+                co_await c.resume.async_wait(tuple_awaitable);
             }
         }
     } catch (boost::system::system_error const& e) {
         if (e.code() != asio::error::operation_aborted) throw;
     }
-    // Stopped (or done): close the session before the client goes away.
+    // Stopped: release and close before the client goes away.
     co_await asio::this_coro::reset_cancellation_state();
-    if (s.valid() && s.state() != tenure::session_state::lost) co_await s.close(asio::as_tuple(asio::use_awaitable));
+    if (c.scope.held()) co_await c.scope.release(tuple_awaitable);
+    if (c.s.valid() && c.s.state() != tenure::session_state::lost) co_await c.s.close(tuple_awaitable);
 }
 
-double pct(std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    if (v.empty()) return 0;
-    auto i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
-    return v[std::min(i, v.size() - 1)];
+asio::awaitable<candidate*> run::next_winner(steady::time_point deadline) {
+    co_await wait_until(wake_, [&] { return winner_ != nullptr || !failure_.empty(); }, deadline);
+    if (!failure_.empty()) throw std::runtime_error(failure_);
+    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
+    auto* w = winner_;
+    winner_ = nullptr;
+    co_return w;
 }
 
-asio::awaitable<void> bench(config cfg, std::string url) {
-    std::vector<std::string> scenarios;
-    if (cfg.scenario == "all") scenarios = {"clean", "destroy"};
-    else scenarios = {cfg.scenario};
-    std::printf("%-9s %4s %6s %10s %9s %9s %9s %9s %12s\n", "scenario", "cand", "n", "lock-delay", "p50 ms",
-                "p90 ms", "p99 ms", "max ms", "p50 overshoot");
-    for (auto const& sc : scenarios) {
-        std::vector<std::unique_ptr<tenure::consul::client>> clients;
-        std::vector<std::unique_ptr<asio::cancellation_signal>> stops;
-        run_state st;
-        st.wanted = cfg.handovers;
-        auto ex = co_await asio::this_coro::executor;
-        int finished = 0;
-        std::string key = "bench/failover/" + sc + "/" + std::to_string(steady::now().time_since_epoch().count());
-        for (int i = 0; i < cfg.candidates; ++i) {
-            tenure::consul::client_config cc;
-            cc.address = url;
-            clients.push_back(std::make_unique<tenure::consul::client>(ex, cc));
-            stops.push_back(std::make_unique<asio::cancellation_signal>());
-            asio::co_spawn(ex, candidate(*clients.back(), cfg, sc, key, i, st),
-                           asio::bind_cancellation_slot(stops.back()->slot(), [&](std::exception_ptr e) {
-                ++finished;
-                if (e) {
-                    try {
-                        std::rethrow_exception(e);
-                    } catch (std::exception const& x) {
-                        std::fprintf(stderr, "candidate failed: %s\n", x.what());
-                    }
-                    st.done = true;
-                }
+// Lets the followers park in their blocking queries before the term ends.
+asio::awaitable<void> run::hold(int followers, bool leader_monitor) {
+    double base = cfg_.hold_ms ? *cfg_.hold_ms : (be_.agent() ? 2.0 : 10.0 + 0.5 * k_);
+    co_await sleep_for(std::chrono::microseconds(static_cast<long>(base * 1000)));
+    if (auto* a = be_.agent()) {
+        // In-process: every parked blocking query is a watch on the state machine.
+        auto want = static_cast<std::size_t>(followers + (leader_monitor ? 1 : 0));
+        auto deadline = steady::now() + 2s;
+        while (a->state().watcher_count() < want && steady::now() < deadline) co_await sleep_for(1ms);
+    }
+}
+
+// The round's observation: when the server invalidates `sid` (key_mode: when
+// the key stops being held by `sid`).
+void run::arm_observer(std::string const& sid, bool key_mode) {
+    watch_sid_ = sid;
+    t1_.reset();
+    t_query_.reset();
+    if (auto* a = be_.agent()) {
+        if (key_mode) {
+            watch_target t;
+            t.what = watch_target::kind::key;
+            t.name = key_;
+            key_watch_.emplace(a->state().watch({t}, [this] {
+                if (!t1_) t1_ = steady::now();
+                wake_.cancel();
             }));
         }
-        asio::steady_timer t(ex);
-        while (!st.done) {
-            t.expires_after(10ms);
-            co_await t.async_wait(asio::use_awaitable);
-        }
-        // The others are still blocked in acquire: stop them and let them close their sessions.
-        for (auto& stop : stops) stop->emit(asio::cancellation_type::terminal);
-        while (finished < cfg.candidates) {
-            t.expires_after(5ms);
-            co_await t.async_wait(asio::use_awaitable);
-        }
-        std::fprintf(stderr, "\r%60s\r", "");
-        double delay = sc == "clean" ? 0.0 : cfg.lock_delay_ms;
-        std::printf("%-9s %4d %6zu %8.0f ms %9.3f %9.3f %9.3f %9.3f %9.3f ms\n", sc.c_str(), cfg.candidates,
-                    st.samples.size(), delay, pct(st.samples, 50), pct(st.samples, 90), pct(st.samples, 99),
-                    st.samples.empty() ? 0.0 : *std::max_element(st.samples.begin(), st.samples.end()),
-                    pct(st.samples, 50) - delay);
-        for (auto& c : clients) c->close();
+        return;  // invalidations: the on_invalidate hook installed by go()
     }
+    // Over HTTP the answer to the release is the sign of a clean release; a
+    // blocking query on the key would be one more woken query racing the followers.
+    if (key_mode) return;
+    obs_parked_ = false;
+    obs_running_ = true;
+    obs_stop_ = std::make_unique<asio::cancellation_signal>();
+    asio::co_spawn(wake_.get_executor(), observe(sid, key_mode),
+                   asio::bind_cancellation_slot(obs_stop_->slot(), [this](std::exception_ptr) {
+                       obs_running_ = false;
+                       wake_.cancel();
+                   }));
+}
+
+asio::awaitable<void> run::observe(std::string sid, bool key_mode) {
+    consul::read_options ro;
+    if (key_mode) {
+        auto r = co_await admin_->kv_get(key_);
+        while (r.value && r.value->session == sid) {
+            ro.index = r.meta.index;
+            ro.wait = 5min;
+            obs_parked_ = true;
+            wake_.cancel();
+            r = co_await admin_->kv_get(key_, ro);
+        }
+    } else {
+        auto r = co_await admin_->session_info_get(sid);
+        while (r.value) {
+            ro.index = r.meta.index;
+            ro.wait = 5min;
+            obs_parked_ = true;
+            wake_.cancel();
+            r = co_await admin_->session_info_get(sid, ro);
+        }
+    }
+    t_query_ = steady::now();
+    if (!t1_) t1_ = t_query_;
+    wake_.cancel();
+}
+
+void run::disarm_observer() {
+    key_watch_.reset();
+    watch_sid_.clear();
+    if (obs_stop_ && obs_running_) obs_stop_->emit(asio::cancellation_type::terminal);
+}
+
+// Hands the key from candidate `w` to session `sid` in one transaction: no
+// moment where the key is free for the followers to take.
+asio::awaitable<void> run::swap_to(candidate& w, std::string const& sid, std::string const& value) {
+    consul::txn_op unlock;
+    unlock.verb = "unlock";
+    unlock.key = key_;
+    unlock.value = w.name;
+    unlock.flags = consul::lock_flag_value;
+    unlock.session = w.s.id();
+    consul::txn_op lock;
+    lock.verb = "lock";
+    lock.key = key_;
+    lock.value = value;
+    lock.flags = consul::lock_flag_value;
+    lock.session = sid;
+    std::vector<consul::txn_op> ops{unlock, lock};
+    auto res = co_await admin_->txn(ops);
+    if (!res.committed)
+        throw std::runtime_error("hand-over txn refused: " + (res.errors.empty() ? std::string("?") : res.errors[0].what));
+    // The previous winner notices (released_by_other) and campaigns again.
+    co_await w.scope.wait_lost(tuple_awaitable);
+    w.scope = tenure::leadership_scope{};
+    resume_candidate(w);
+}
+
+asio::awaitable<std::string> run::read_child_line(child_proc& ch) {
+    auto [ec, n] = co_await asio::async_read_until(*ch.out, asio::dynamic_buffer(ch.buf), '\n', tuple_awaitable);
+    if (ec) throw std::runtime_error("the --candidate child exited: " + ec.message());
+    std::string line = ch.buf.substr(0, n - 1);
+    ch.buf.erase(0, n);
+    co_return line;
+}
+
+asio::awaitable<result_set> run::go() {
+    auto ex = co_await asio::this_coro::executor;
+    result_set out;
+    out.backend = be_.name();
+    out.scenario = sc_.name;
+    out.candidates = k_;
+    out.lock_delay_ms = ms(delay());
+    out.ttl_ms = static_cast<double>(cfg_.ttl.count());
+    int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
+
+    key_ = "bench/failover/" + sc_.name + "/" + std::to_string(k_) + "/" +
+           std::to_string(steady::now().time_since_epoch().count());
+    so_.ttl = sc_.name == "probe" ? std::chrono::nanoseconds(cfg_.ttl) : std::chrono::nanoseconds(quiet_ttl);
+    so_.lock_delay = delay();
+    if (sc_.name == "check-fail" || sc_.name == "probe") so_.health_check_ttl = 3 * so_.ttl;
+    admin_ = be_.make_client();
+
+    // In-process: the exact moment of the invalidation, from the state machine.
+    std::function<void(tenure::detail::agent::session_entry const&, tenure::detail::agent::invalidation_cause)>
+        saved_hook;
+    std::function<void(std::string_view)> saved_reject_hook;
+    if (auto* a = be_.agent()) {
+        saved_reject_hook = a->state().on_lock_delay_reject;
+        a->state().on_lock_delay_reject = [this, saved_reject_hook](std::string_view key) {
+            if (saved_reject_hook) saved_reject_hook(key);
+            if (key == key_) ++rejects_;
+        };
+        saved_hook = a->state().on_invalidate;
+        a->state().on_invalidate = [this, saved_hook](auto const& s, auto cause) {
+            if (saved_hook) saved_hook(s, cause);
+            if (!watch_sid_.empty() && s.id == watch_sid_ && !t1_) {
+                t1_ = steady::now();
+                wake_.cancel();
+            }
+        };
+    }
+
+    // Over HTTP, the agent logs each invalidation the moment it happens (before
+    // it answers the woken blocking queries): the earliest sign of it.
+    if (!be_.agent()) {
+        be_.on_log([this](std::string const& line) {
+            if (watch_sid_.empty() || t1_ || line.find("session invalidated: id=" + watch_sid_) == std::string::npos)
+                return;
+            t1_ = steady::now();
+            wake_.cancel();
+        });
+    }
+
+    // The candidates in this process: K, or K-1 beside the raw session / child leader.
+    int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
+    for (int i = 0; i < local; ++i) {
+        cands_.push_back(std::make_unique<candidate>(ex, i));
+        cands_.back()->cl = be_.make_client();
+    }
+    for (auto& c : cands_) {
+        asio::co_spawn(ex, candidate_loop(*c),
+                       asio::bind_cancellation_slot(c->stop.slot(), [this](std::exception_ptr e) {
+                           ++finished_;
+                           if (e) {
+                               try {
+                                   std::rethrow_exception(e);
+                               } catch (std::exception const& x) {
+                                   failure_ = std::string("candidate failed: ") + x.what();
+                               }
+                           }
+                           wake_.cancel();
+                       }));
+    }
+
+    std::optional<child_proc> child;
+    char const* label_fmt = "\r  %-6s %-10s K=%-3d %4d/%d handovers";
+    try {
+        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
+        for (int i = 0; i < n; ++i) {
+            std::fprintf(stderr, label_fmt, be_.name().c_str(), sc_.name.c_str(), k_, i, n);
+            sample s;
+            s.lock_delay = ms(delay());
+            std::string sid;
+            steady::time_point t0{}, t_renew{};
+            std::string check_id;
+
+            // 1. The leader of this round.
+            if (sc_.leader == leader_kind::raw) {
+                consul::session_request req;
+                req.name = "bench-raw";
+                req.ttl = cfg_.ttl;
+                req.lock_delay = delay();
+                req.node_checks = std::vector<std::string>{};  // only the TTL keeps it alive
+                sid = co_await admin_->session_create(req);
+                std::string value = "raw";
+                co_await swap_to(*leader, sid, value);
+            } else if (sc_.leader == leader_kind::child) {
+                child.emplace();
+                child->out = std::make_unique<asio::readable_pipe>(ex);
+                std::vector<std::string> args{"--candidate", "--consul", be_.url(), "--key", key_,
+                                              "--ttl-ms", std::to_string(cfg_.ttl.count()),
+                                              "--lock-delay-ms", std::to_string(cfg_.lock_delay.count())};
+                child->proc = std::make_unique<bp::process>(ex, self_, args, bp::process_stdio{{}, *child->out, {}},
+                                                            die_with_parent{});
+                std::string ready = co_await read_child_line(*child);
+                if (ready.rfind("READY ", 0) != 0) throw std::runtime_error("child said: " + ready);
+                sid = ready.substr(6);
+                std::string value = "child";
+                co_await swap_to(*leader, sid, value);
+                std::string elected_line = co_await read_child_line(*child);
+                if (elected_line.rfind("ELECTED ", 0) != 0) throw std::runtime_error("child said: " + elected_line);
+            } else {
+                sid = leader->s.id();
+                if (sc_.name == "check-fail") {
+                    auto info = co_await leader->cl->session_info_get(sid);
+                    if (info.value)
+                        for (auto const& c : info.value->node_checks)
+                            if (c.rfind("tenure-health:", 0) == 0) check_id = c;
+                    if (check_id.empty()) throw std::runtime_error("the leader's session has no health check");
+                }
+            }
+
+            TRACE("round %d leader installed %s", i, sid.c_str());
+            // 2. Followers park; the observer too.
+            int followers = sc_.leader == leader_kind::candidate ? local - 1 : local;
+            co_await hold(followers, sc_.leader != leader_kind::raw);
+            TRACE("held");
+            if (sc_.leader == leader_kind::raw) {
+                // The last renewal the raw session will ever get, once the followers
+                // are parked again (so that the agent is idle when it handles it).
+                t_renew = steady::now();
+                co_await admin_->session_renew(sid);
+            }
+            arm_observer(sid, sc_.name == "clean");
+            if (!be_.agent()) {
+                co_await wait_until(wake_, [&] { return obs_parked_ || !obs_running_; }, steady::now() + 5s);
+                co_await sleep_for(1ms);
+            }
+
+            TRACE("observer parked %d running %d", int(obs_parked_), int(obs_running_));
+            // A SIGKILL or a failing probe strikes at a random moment of the
+            // leader's renewal cycle (every TTL/2), not right after a renewal.
+            if (sc_.name == "kill" || sc_.name == "probe") {
+                std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(cfg_.ttl).count() / 2);
+                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
+            }
+
+            // 3. End the term.
+            rejects_ = 0;
+            t0 = steady::now();
+            if (sc_.name == "clean") {
+                co_await leader->scope.release(tuple_awaitable);
+            } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
+                co_await leader->cl->session_destroy(sid);
+            } else if (sc_.name == "check-fail") {
+                std::string note = "failover bench";
+                co_await leader->cl->check_fail(check_id, note);
+            } else if (sc_.name == "probe") {
+                *leader->probe_fail = true;
+            } else if (sc_.name == "kill") {
+                ::kill(child->proc->id(), SIGKILL);
+            }  // ttl: nothing to do, the server's TTL timer ends it
+            // The answer to the request that ended the term comes after the
+            // server acted on it: an upper bound for the invalidation / release.
+            TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - t0), t1_ ? "set" : "unset");
+            if (!t1_ && (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0))
+                t1_ = steady::now();
+
+            TRACE("term ended");
+            // 4. The next leader.
+            candidate* next = co_await next_winner(steady::now() + round_timeout());
+            auto const t3 = t3_;
+            co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
+            disarm_observer();
+            co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
+            TRACE("winner %d, t1 %d", next->id, int(t1_.has_value()));
+            if (sc_.name == "ttl" && t1_) t0 = *t1_;
+            s.latency = ms(t3 - t0);
+            if (t1_) {
+                s.detection = ms(*t1_ - t0);
+                s.acquisition = ms(t3 - *t1_) - s.lock_delay;
+            }
+            if (be_.agent()) s.rejected = rejects_;
+            if (t_query_) s.query_detection = ms(*t_query_ - t0);
+            if (sc_.name == "ttl") {
+                if (t1_) s.renew_to_inval = ms(*t1_ - t_renew);
+                s.from_renewal = ms(t3 - t_renew);
+            }
+            out.samples.push_back(s);
+
+            // 5. The old leader campaigns again.
+            if (sc_.leader == leader_kind::candidate) {
+                leader->scope = tenure::leadership_scope{};
+                if (sc_.name != "clean") leader->new_session = true;
+                resume_candidate(*leader);
+            } else if (child) {
+                co_await child->proc->async_wait(tuple_awaitable);
+                child.reset();
+            }
+            leader = next;
+            TRACE("round done");
+        }
+        std::fprintf(stderr, label_fmt, be_.name().c_str(), sc_.name.c_str(), k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "\n  %s %s K=%d stopped after %zu handovers: %s\n", be_.name().c_str(), sc_.name.c_str(),
+                     k_, out.samples.size(), e.what());
+    }
+    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+
+    // Stop: every candidate releases and closes its session.
+    disarm_observer();
+    co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
+    if (child && child->proc->running()) {
+        ::kill(child->proc->id(), SIGKILL);
+        co_await child->proc->async_wait(tuple_awaitable);
+    }
+    TRACE("stopping");
+    stopping_ = true;
+    for (auto& c : cands_) {
+        c->stop.emit(asio::cancellation_type::terminal);
+        c->resume.cancel();
+    }
+    co_await wait_until(wake_, [&] { return finished_ == local; }, steady::now() + 15s);
+    if (finished_ != local) std::fprintf(stderr, "  warning: %d candidates did not stop\n", local - finished_);
+    co_await sleep_for(20ms);  // background closes of replaced sessions
+    for (auto& c : cands_) c->cl->close();
+    admin_->close();
+    be_.on_log(nullptr);
+    if (auto* a = be_.agent()) {
+        a->state().on_invalidate = saved_hook;
+        a->state().on_lock_delay_reject = saved_reject_hook;
+    }
+    out.load = loadavg();
+    co_return out;
+}
+
+// ---------------------------------------------------------------------------
+// Output.
+
+void print_header() {
+    std::printf("%-7s %-10s %4s %5s | %9s %9s %9s %9s | %9s %7s | %9s %9s %9s | %9s %9s %5s %5s\n", "backend", "scenario", "K",
+                "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "detect50", "delay", "acq p50", "acq p99", "acq max",
+                "rn>inv50", "rn>acq50", "rej/h", "load1");
+}
+
+void print_row(result_set const& r) {
+    auto const& v = r.samples;
+    auto lat = column(v, [](sample const& s) { return s.latency; });
+    auto det = column(v, [](sample const& s) { return s.detection; });
+    auto acq = column(v, [](sample const& s) { return s.acquisition; });
+    auto ren = column(v, [](sample const& s) { return s.from_renewal; });
+    auto rin = column(v, [](sample const& s) { return s.renew_to_inval; });
+    auto rejv = column(v, [](sample const& s) { return s.rejected < 0 ? nan_v : double(s.rejected); });
+    std::string rej = "-";
+    if (!rejv.empty()) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%.2f", std::accumulate(rejv.begin(), rejv.end(), 0.0) / double(rejv.size()));
+        rej = buf;
+    }
+    auto f = [](double x) {
+        char buf[32];
+        if (std::isnan(x)) return std::string("-");
+        std::snprintf(buf, sizeof buf, "%.3f", x);
+        return std::string(buf);
+    };
+    std::printf("%-7s %-10s %4d %5zu | %9s %9s %9s %9s | %9s %7.0f | %9s %9s %9s | %9s %9s %5s %5s\n", r.backend.c_str(),
+                r.scenario.c_str(), r.candidates, v.size(), f(pct(lat, 50)).c_str(), f(pct(lat, 90)).c_str(),
+                f(pct(lat, 99)).c_str(), f(max_of(lat)).c_str(), f(pct(det, 50)).c_str(), r.lock_delay_ms,
+                f(pct(acq, 50)).c_str(), f(pct(acq, 99)).c_str(), f(max_of(acq)).c_str(), f(pct(rin, 50)).c_str(),
+                f(pct(ren, 50)).c_str(), rej.c_str(), r.load.substr(0, r.load.find(' ')).c_str());
+    std::fflush(stdout);
+}
+
+void write_csv_header(std::ofstream& f) {
+    f << "backend,scenario,candidates,handover,latency_ms,detection_ms,lock_delay_ms,acquisition_ms,"
+         "renewal_to_invalidation_ms,from_renewal_ms,ttl_ms,lock_delay_rejections,query_detection_ms,load1\n";
+}
+
+void write_csv(std::ofstream& f, result_set const& r) {
+    auto num = [](double x) {
+        if (std::isnan(x)) return std::string();
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.4f", x);
+        return std::string(buf);
+    };
+    for (std::size_t i = 0; i < r.samples.size(); ++i) {
+        auto const& s = r.samples[i];
+        f << r.backend << ',' << r.scenario << ',' << r.candidates << ',' << i << ',' << num(s.latency) << ','
+          << num(s.detection) << ',' << num(s.lock_delay) << ',' << num(s.acquisition) << ','
+          << num(s.renew_to_inval) << ',' << num(s.from_renewal) << ',' << num(r.ttl_ms) << ','
+          << (s.rejected < 0 ? std::string() : std::to_string(s.rejected)) << ',' << num(s.query_detection) << ','
+          << r.load.substr(0, r.load.find(' ')) << '\n';
+    }
+    f.flush();
+}
+
+// One CDF data file per series: "value fraction" lines, sorted.
+void write_cdf(std::string const& path, std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    std::ofstream f(path);
+    for (std::size_t i = 0; i < v.size(); ++i)
+        f << v[i] << ' ' << static_cast<double>(i + 1) / static_cast<double>(v.size()) << '\n';
+}
+
+// A PNG per scenario: the CDF of the handover latency, one line per backend and
+// candidate count; scenarios with a lock-delay or a detection phase get a second
+// panel with the acquisition (the overshoot past the lock-delay).
+void plot(config const& cfg, std::vector<result_set> const& results) {
+    namespace fs = std::filesystem;
+    fs::path dir = cfg.plot_dir;
+    fs::create_directories(dir / "gnuplot");
+    std::map<std::string, std::vector<result_set const*>> by_scenario;
+    for (auto const& r : results)
+        if (!r.samples.empty()) by_scenario[r.scenario].push_back(&r);
+    std::vector<std::string> colors{"#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"};
+    std::map<int, std::string> color_of;
+    for (auto k : cfg.candidates) color_of.emplace(k, colors[color_of.size() % colors.size()]);
+
+    for (auto const& [name, sets] : by_scenario) {
+        auto const& sc = find_scenario(name);
+        bool two_panels = sc.delay;
+        bool ttl = name == "ttl";
+        fs::path gp = dir / "gnuplot" / ("failover_" + name + ".gp");
+        fs::path png = dir / ("failover_" + name + ".png");
+        std::ofstream g(gp);
+        std::size_t n_min = SIZE_MAX, n_max = 0;
+        for (auto* r : sets) {
+            n_min = std::min(n_min, r->samples.size());
+            n_max = std::max(n_max, r->samples.size());
+        }
+        std::string params = (sc.slow ? "TTL " + std::to_string(cfg.ttl.count()) + " ms, " : std::string()) +
+                             "lock-delay " +
+                             (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")) + ", " +
+                             (n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
+                             " handovers per line";
+        g << "set terminal pngcairo size " << (two_panels ? 1400 : 800) << ",560 font 'DejaVu Sans,10'\n";
+        g << "set output '" << png.string() << "'\n";
+        g << "set key bottom right\nset grid\nset yrange [0:1]\nset ytics 0.1\n";
+        g << "set ylabel 'fraction of handovers'\n";
+        if (two_panels)
+            g << "set multiplot layout 1,2 title \"Failover: " << sc.title << " — " << params << "\"\n";
+        else
+            g << "set title \"Failover: " << sc.title << " — " << params << "\"\n";
+
+        auto series = [&](std::string const& what, auto field) {
+            std::string cmd = "plot ";
+            bool first = true;
+            for (auto* r : sets) {
+                auto v = column(r->samples, field);
+                if (v.empty()) continue;
+                std::string file = (dir / "gnuplot" / (name + "_" + what + "_" + r->backend + "_" +
+                                                       std::to_string(r->candidates) + ".dat"))
+                                       .string();
+                write_cdf(file, v);
+                if (!first) cmd += ", \\\n     ";
+                first = false;
+                cmd += "'" + file + "' using 1:2 with steps lw 2 dt " + (r->backend == "http" ? "1" : "2") +
+                       " lc rgb '" + color_of[r->candidates] + "' title '" + r->backend + ", K=" +
+                       std::to_string(r->candidates) + "'";
+            }
+            return first ? std::string() : cmd + "\n";
+        };
+
+        // Panel 1: the handover latency.
+        if (!sc.delay) {
+            g << "set logscale x\n";
+            g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
+        } else if (ttl) {
+            g << "set xlabel 'ms from the last renewal of the leader session to the next acquire() resolved'\n";
+        } else {
+            g << "set xlabel 'handover latency (ms): end of the term -> next acquire() resolved'\n";
+        }
+        if (two_panels) {
+            std::string t = "latency: detection + lock-delay + acquisition";
+            if (ttl) t = "from the last renewal: the 2 x TTL grace + lock-delay + acquisition";
+            else if (name == "kill") t = "from the SIGKILL: TTL lapse (1.5-2 x TTL) + lock-delay + acquisition";
+            else if (name == "probe") t = "from the probe turning false: next renewal (< TTL/2) + lock-delay + acquisition";
+            g << "set title '" << t << "'\n";
+        }
+        g << (ttl ? series("from_renewal", [](sample const& s) { return s.from_renewal; })
+                  : series("latency", [](sample const& s) { return s.latency; }));
+        if (two_panels) {
+            g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\n";
+            g << "set logscale x\n";
+            g << "set xlabel 'ms from invalidation + lock-delay to the next acquire() resolved (log scale)'\n";
+            g << series("acquisition", [](sample const& s) { return s.acquisition; });
+            g << "unset multiplot\n";
+        }
+        g.close();
+        if (!run_gnuplot(gp.string()))
+            std::fprintf(stderr, "gnuplot failed for %s (is gnuplot-nox installed?)\n", gp.c_str());
+        else
+            std::fprintf(stderr, "plot: %s\n", png.c_str());
+    }
+}
+
+// Reads a CSV written by --csv back into result sets (for --from-csv).
+std::vector<result_set> read_csv(std::string const& path, config& cfg) {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot read " + path);
+    std::string line;
+    std::getline(f, line);
+    auto header = split(line);
+    std::vector<result_set> out;
+    std::set<int> ks;
+    while (std::getline(f, line)) {
+        std::vector<std::string> cells;
+        std::stringstream in(line);
+        for (std::string c; std::getline(in, c, ',');) cells.push_back(c);
+        cells.resize(header.size());
+        std::map<std::string, std::string> row;
+        for (std::size_t i = 0; i < header.size(); ++i) row[header[i]] = cells[i];
+        auto num = [&](std::string const& k) { return row[k].empty() ? nan_v : std::stod(row[k]); };
+        int k = std::stoi(row["candidates"]);
+        if (out.empty() || out.back().backend != row["backend"] || out.back().scenario != row["scenario"] ||
+            out.back().candidates != k) {
+            result_set r;
+            r.backend = row["backend"];
+            r.scenario = row["scenario"];
+            r.candidates = k;
+            r.lock_delay_ms = num("lock_delay_ms");
+            r.ttl_ms = num("ttl_ms");
+            r.load = row["load1"];
+            out.push_back(r);
+            ks.insert(k);
+            cfg.ttl = std::chrono::milliseconds(static_cast<long>(r.ttl_ms));
+            if (r.lock_delay_ms > 0) cfg.lock_delay = std::chrono::milliseconds(static_cast<long>(r.lock_delay_ms));
+        }
+        sample s;
+        s.latency = num("latency_ms");
+        s.detection = num("detection_ms");
+        s.lock_delay = num("lock_delay_ms");
+        s.acquisition = num("acquisition_ms");
+        s.renew_to_inval = num("renewal_to_invalidation_ms");
+        s.from_renewal = num("from_renewal_ms");
+        s.rejected = row["lock_delay_rejections"].empty() ? -1 : std::stoi(row["lock_delay_rejections"]);
+        s.query_detection = num("query_detection_ms");
+        out.back().samples.push_back(s);
+    }
+    cfg.candidates.assign(ks.begin(), ks.end());
+    return out;
+}
+
+int usage() {
+    std::cerr << "usage: failover [--quick | --full] [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill]\n"
+                 "                [--backend http,inproc] [--candidates 3,10,100] [--handovers N]\n"
+                 "                [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D] [--hold-ms H]\n"
+                 "                [--csv FILE] [--plot DIR]\n"
+                 "       failover --from-csv FILE [--plot DIR]   (table and plots of a previous run)\n";
+    return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    config cfg;
     std::vector<std::string> args(argv + 1, argv + argc);
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        auto next = [&]() -> std::string {
-            if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
-            return args[++i];
-        };
-        if (args[i] == "--handovers") cfg.handovers = std::stoi(next());
-        else if (args[i] == "--candidates") cfg.candidates = std::stoi(next());
-        else if (args[i] == "--scenario") cfg.scenario = next();
-        else if (args[i] == "--lock-delay-ms") cfg.lock_delay_ms = std::stoi(next());
-        else if (args[i] == "--agent-addr") cfg.agent_addr = next();
-        else {
-            std::cerr << "usage: failover [--handovers N] [--candidates K] [--scenario clean|destroy|all]"
-                         " [--lock-delay-ms D] [--agent-addr URL]\n";
-            return 2;
+    auto value = [&](std::size_t& i) -> std::string {
+        if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
+        return args[++i];
+    };
+
+    if (!args.empty() && args[0] == "--candidate") {
+        std::string url, key;
+        int ttl = 1000, delay = 0;
+        for (std::size_t i = 1; i < args.size(); ++i) {
+            if (args[i] == "--consul") url = value(i);
+            else if (args[i] == "--key") key = value(i);
+            else if (args[i] == "--ttl-ms") ttl = std::stoi(value(i));
+            else if (args[i] == "--lock-delay-ms") delay = std::stoi(value(i));
+            else return usage();
+        }
+        return run_child(url, key, std::chrono::milliseconds(ttl), std::chrono::milliseconds(delay));
+    }
+
+    config cfg;
+    // Defaults follow the mode; explicit flags override them whatever their order.
+    for (auto const& a : args)
+        if (a == "--full") cfg.mode = "full";
+    if (cfg.mode == "full") {
+        cfg.handovers = 200;
+        cfg.slow_handovers = 30;
+        cfg.ttl = 1000ms;
+        cfg.lock_delay = 100ms;
+    }
+    try {
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            auto const& a = args[i];
+            if (a == "--quick" || a == "--full") continue;
+            else if (a == "--scenario") cfg.scenarios = split(value(i));
+            else if (a == "--backend") cfg.backends = split(value(i));
+            else if (a == "--candidates") {
+                cfg.candidates.clear();
+                for (auto const& k : split(value(i))) cfg.candidates.push_back(std::stoi(k));
+            } else if (a == "--handovers") cfg.handovers = std::stoi(value(i));
+            else if (a == "--slow-handovers") cfg.slow_handovers = std::stoi(value(i));
+            else if (a == "--ttl-ms") cfg.ttl = std::chrono::milliseconds(std::stoi(value(i)));
+            else if (a == "--lock-delay-ms") cfg.lock_delay = std::chrono::milliseconds(std::stoi(value(i)));
+            else if (a == "--hold-ms") cfg.hold_ms = std::stod(value(i));
+            else if (a == "--csv") cfg.csv = value(i);
+            else if (a == "--plot") cfg.plot_dir = value(i);
+            else if (a == "--from-csv") cfg.from_csv = value(i);
+            else return usage();
+        }
+        if (cfg.scenarios.empty() || (cfg.scenarios.size() == 1 && cfg.scenarios[0] == "all"))
+            for (auto const& s : all_scenarios) cfg.scenarios.push_back(s.name);
+        for (auto const& s : cfg.scenarios) find_scenario(s);
+        for (auto const& b : cfg.backends) {
+            if (b == "etcd" || b == "etcdctl")
+                throw std::runtime_error("backend " + b + " is not implemented yet (waiting for the etcd client)");
+            if (b != "http" && b != "inproc") throw std::runtime_error("unknown backend " + b);
+        }
+        for (int k : cfg.candidates)
+            if (k < 2) throw std::runtime_error("--candidates: at least 2 (a leader and a follower)");
+    } catch (std::exception const& e) {
+        std::cerr << "failover: " << e.what() << "\n";
+        return usage();
+    }
+
+    if (!cfg.from_csv.empty()) {
+        try {
+            auto results = read_csv(cfg.from_csv, cfg);
+            std::printf("failover results read from %s\n", cfg.from_csv.c_str());
+            print_header();
+            for (auto const& r : results) print_row(r);
+            if (!cfg.plot_dir.empty()) plot(cfg, results);
+            return 0;
+        } catch (std::exception const& e) {
+            std::cerr << "failover: " << e.what() << "\n";
+            return 1;
         }
     }
+
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
+    std::printf("failover bench (%s): %s; %d handovers per scenario (%d for probe/ttl/kill), TTL %lld ms, "
+                "lock-delay D %lld ms\n",
+                cfg.mode.c_str(), date, cfg.handovers, cfg.slow_handovers, static_cast<long long>(cfg.ttl.count()),
+                static_cast<long long>(cfg.lock_delay.count()));
+    std::printf("machine: %s; load average at start: %s\n", machine().c_str(), loadavg().c_str());
+    std::printf("latency: end of the term -> next acquire() resolved (ttl: from the server's invalidation); "
+                "detect50: end -> invalidation (or key free), p50;\nacq: invalidation + lock-delay -> acquire() "
+                "resolved (the overshoot); rn>inv50, rn>acq50: ttl only, last renewal -> invalidation, -> acquire() "
+                "resolved. All in ms.\nrej/h: acquires refused by the lock-delay per handover (inproc only); load1: the "
+                "1-minute load average after the row.\n");
+    print_header();
+
+    std::ofstream csv;
+    if (!cfg.csv.empty()) {
+        csv.open(cfg.csv);
+        write_csv_header(csv);
+    }
+
     asio::io_context io;
-    std::string url = cfg.agent_addr;
-    std::optional<bp::process> agent;
-    asio::readable_pipe out(io);
-    if (url.empty()) {
-        agent.emplace(io, TENURE_BINARY, std::vector<std::string>{"agent", "-http-addr", "127.0.0.1:0", "-log-level", "warn"},
-                      bp::process_stdio{{}, out, {}});
-        std::string line;
-        asio::read_until(out, asio::dynamic_buffer(line), '\n');
-        url = line.substr(line.rfind(' ') + 1);
-        url.erase(url.find_last_not_of("\r\n") + 1);
-    }
-    std::printf("failover bench: agent %s over loopback HTTP, %d handovers per scenario, %d candidates\n",
-                url.c_str(), cfg.handovers, cfg.candidates);
+    std::vector<result_set> results;
     int rc = 0;
-    asio::co_spawn(io, bench(cfg, url), [&](std::exception_ptr e) {
-        if (e) {
-            try {
-                std::rethrow_exception(e);
-            } catch (std::exception const& x) {
-                std::cerr << "bench failed: " << x.what() << "\n";
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            for (auto const& bname : cfg.backends) {
+                std::unique_ptr<backend> be = bname == "http" ? backend::start_http(io, "10ms", "info")
+                                                              : backend::start_inproc(io, 10ms);
+                std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());
+                for (auto const& sname : cfg.scenarios) {
+                    for (int k : cfg.candidates) {
+                        run r(cfg, find_scenario(sname), *be, k, self);
+                        result_set res = co_await r.go();
+                        print_row(res);
+                        if (csv.is_open()) write_csv(csv, res);
+                        results.push_back(std::move(res));
+                    }
+                }
+                be->stop();
+                co_await sleep_for(50ms);  // let the agent's coroutines unwind
             }
-            rc = 1;
-        }
-        io.stop();
-    });
+        },
+        [&](std::exception_ptr e) {
+            if (e) {
+                try {
+                    std::rethrow_exception(e);
+                } catch (std::exception const& x) {
+                    std::cerr << "failover failed: " << x.what() << "\n";
+                }
+                rc = 1;
+            }
+        });
     io.run();
-    if (agent) agent->terminate();
+    std::printf("load average at the end: %s\n", loadavg().c_str());
+    if (!cfg.plot_dir.empty()) plot(cfg, results);
     return rc;
 }

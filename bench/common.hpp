@@ -1,0 +1,205 @@
+// Shared pieces of the failover and throughput benchmarks: the two Consul
+// backends (the `tenure agent` binary over loopback HTTP, and a tenure::agent
+// in the bench process with in-process clients), child processes that die
+// with the bench, percentiles, the machine's load, and gnuplot.
+#pragma once
+
+#include <tenure/agent.hpp>
+#include <tenure/consul/client.hpp>
+
+#define BOOST_PROCESS_V2_HEADER_ONLY 1
+#include <boost/asio.hpp>
+#include <boost/process/v2.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <csignal>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#ifndef TENURE_BINARY
+#define TENURE_BINARY "tenure"
+#endif
+
+namespace bench {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+using steady = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+inline double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Boost.Process v2 initializer: the child gets SIGKILL when the bench dies, so
+// an interrupted run leaves no agent or candidate behind.
+struct die_with_parent {
+    template <class Launcher>
+    bp::error_code on_exec_setup(Launcher&, bp::filesystem::path const&, char const* const*&) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        return {};
+    }
+};
+
+// Nearest-rank percentile of an unsorted sample (p in [0, 100]).
+inline double pct(std::vector<double> v, double p) {
+    if (v.empty()) return std::nan("");
+    std::sort(v.begin(), v.end());
+    auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+    return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
+}
+inline double max_of(std::vector<double> const& v) {
+    return v.empty() ? std::nan("") : *std::max_element(v.begin(), v.end());
+}
+
+inline std::string loadavg() {
+    std::ifstream f("/proc/loadavg");
+    std::string a, b, c;
+    f >> a >> b >> c;
+    return a + " " + b + " " + c;
+}
+
+inline std::string machine() {
+    long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+    long mem_mib = static_cast<long>(::sysconf(_SC_PHYS_PAGES) / 1024 * ::sysconf(_SC_PAGE_SIZE) / 1024);
+    std::string cpu;
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("model name", 0) == 0) {
+            cpu = line.substr(line.find(':') + 2);
+            break;
+        }
+    return std::to_string(cores) + " cores (" + cpu + "), " + std::to_string(mem_mib) + " MiB RAM";
+}
+
+// A backend: where the candidates' clients talk to.
+//   http   - the `tenure agent` binary as a child process, over loopback HTTP
+//   inproc - a tenure::agent on the bench's io_context, in-process clients
+//            (its HTTP listener on 127.0.0.1 serves child processes)
+// (etcd and the `etcdctl elect` baseline will be further backends; see the
+// failover bench's header.)
+class backend {
+public:
+    // `log_level` info: the agent logs every session invalidation, which the
+    // bench reads from its stderr (see on_log); warn: its stderr is inherited.
+    static std::unique_ptr<backend> start_http(asio::io_context& io, std::string const& ttl_min,
+                                               std::string const& log_level = "warn") {
+        auto b = std::unique_ptr<backend>(new backend(io, "http"));
+        b->out_.emplace(io);
+        std::vector<std::string> args{"agent", "-http-addr", "127.0.0.1:0", "-log-level", log_level,
+                                      "-session-ttl-min", ttl_min};
+        if (log_level == "warn") {
+            b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, {}}, die_with_parent{});
+        } else {
+            b->log_ = std::make_shared<log_reader>(io);
+            b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, b->log_->pipe},
+                             die_with_parent{});
+            asio::co_spawn(io, read_log(b->log_), asio::detached);
+        }
+        std::string line;
+        asio::read_until(*b->out_, asio::dynamic_buffer(line), '\n');
+        b->url_ = line.substr(line.rfind(' ') + 1);
+        b->url_.erase(b->url_.find_last_not_of("\r\n") + 1);
+        return b;
+    }
+
+    // Called with each line the agent child logs (http backend started with
+    // log level info), as soon as it is read.
+    void on_log(std::function<void(std::string const&)> f) {
+        if (log_) log_->on_line = std::move(f);
+    }
+
+    static std::unique_ptr<backend> start_inproc(asio::io_context& io, std::chrono::nanoseconds ttl_min) {
+        auto b = std::unique_ptr<backend>(new backend(io, "inproc"));
+        tenure::agent_options o;
+        o.http_addr = "127.0.0.1:0";
+        o.session_ttl_min = ttl_min;
+        o.level = tenure::log_level::warn;
+        o.log_stream = &std::cerr;
+        b->agent_.emplace(io.get_executor(), o);
+        b->agent_->start();
+        b->url_ = b->agent_->http_address();
+        return b;
+    }
+
+    ~backend() { stop(); }
+
+    void stop() {
+        if (proc_ && proc_->running()) {
+            ::kill(proc_->id(), SIGTERM);
+            boost::system::error_code ec;
+            proc_->wait(ec);
+        }
+        proc_.reset();
+        if (agent_) agent_->stop();
+    }
+
+    std::string const& name() const { return name_; }
+    // The agent's HTTP address (also served by the in-process agent).
+    std::string const& url() const { return url_; }
+    tenure::agent* agent() { return agent_ ? &*agent_ : nullptr; }
+    asio::any_io_executor executor() const { return io_.get_executor(); }
+
+    std::unique_ptr<tenure::consul::client> make_client() {
+        tenure::consul::client_config cc;
+        cc.address = url_;
+        if (agent_) return std::make_unique<tenure::consul::client>(io_.get_executor(), *agent_, cc);
+        return std::make_unique<tenure::consul::client>(io_.get_executor(), cc);
+    }
+
+private:
+    struct log_reader {
+        explicit log_reader(asio::io_context& io) : pipe(io) {}
+        asio::readable_pipe pipe;
+        std::function<void(std::string const&)> on_line;
+    };
+    static asio::awaitable<void> read_log(std::shared_ptr<log_reader> r) {
+        std::string buf;
+        for (;;) {
+            auto [ec, n] = co_await asio::async_read_until(r->pipe, asio::dynamic_buffer(buf), '\n',
+                                                           asio::as_tuple(asio::use_awaitable));
+            if (ec) co_return;
+            std::string line = buf.substr(0, n - 1);
+            buf.erase(0, n);
+            if (r->on_line) r->on_line(line);
+            else if (line.find("[WARN]") != std::string::npos || line.find("[ERROR]") != std::string::npos)
+                std::fprintf(stderr, "agent: %s\n", line.c_str());
+        }
+    }
+
+    backend(asio::io_context& io, std::string name) : io_(io), name_(std::move(name)) {}
+    asio::io_context& io_;
+    std::string name_, url_;
+    std::optional<asio::readable_pipe> out_;
+    std::shared_ptr<log_reader> log_;
+    std::optional<bp::process> proc_;
+    std::optional<tenure::agent> agent_;
+};
+
+// Runs `gnuplot script` (gnuplot-nox); false when gnuplot is missing or fails.
+inline bool run_gnuplot(std::string const& script) {
+    std::string cmd = "gnuplot '" + script + "'";
+    return std::system(cmd.c_str()) == 0;
+}
+
+// "a,b,c" -> {"a", "b", "c"}
+inline std::vector<std::string> split(std::string const& s, char sep = ',') {
+    std::vector<std::string> out;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, sep);)
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+}  // namespace bench

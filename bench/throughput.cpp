@@ -1,0 +1,310 @@
+// throughput: acquire+release cycles per second on one key, by one candidate
+// and by K candidates contending, over loopback HTTP (the `tenure agent`
+// binary as a child) and in-process (tenure::agent on the bench's io_context).
+//
+//   throughput [--quick | --full] [--backend http,inproc] [--candidates 1,2,10,100]
+//              [--seconds S] [--csv FILE] [--plot DIR]
+//
+// Each candidate has its own client and session (LockDelay 0, TTL 10 s) and
+// loops: election.acquire(), then scope.release(). A cycle is timed from the
+// acquire() call to the release's answer; with K > 1 it includes the wait for
+// the others' terms. Prints cycles/s, the per-cycle latency percentiles, the
+// acquire() part alone, and how evenly the cycles were shared (min/max per
+// candidate). --quick: 2 s per configuration (the default); --full: 10 s.
+#include "common.hpp"
+
+#include <tenure/election.hpp>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+namespace {
+
+using namespace bench;
+namespace consul = tenure::consul;
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+struct config {
+    std::string mode = "quick";
+    std::vector<std::string> backends{"http", "inproc"};
+    std::vector<int> candidates{1, 2, 10, 100};
+    double seconds = 2;
+    std::string csv, plot_dir;
+};
+
+struct result {
+    std::string backend;
+    int candidates = 0;
+    double elapsed_s = 0;
+    std::vector<double> cycle_ms, acquire_ms;
+    std::vector<int> per_candidate;
+    int switches = 0;  // cycles whose holder differs from the previous cycle's
+    int last_holder = -1;
+    std::string load;
+};
+
+struct worker {
+    int id = 0;
+    std::unique_ptr<consul::client> cl;
+    tenure::session s;
+    std::optional<tenure::election> e;
+    asio::cancellation_signal stop;
+    int cycles = 0;
+};
+
+asio::awaitable<void> sleep_for(steady::duration d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(tuple_awaitable);
+}
+
+asio::awaitable<void> cycle_loop(worker& w, result& r, bool const& measuring, bool const& stopping) {
+    try {
+        while (!stopping) {
+            auto const t0 = steady::now();
+            auto [ec, scope] = co_await w.e->acquire(tuple_awaitable);
+            if (ec) break;  // cancelled at the end (or a failure, reported below)
+            auto const t1 = steady::now();
+            co_await scope.release();
+            auto const t2 = steady::now();
+            if (measuring && !stopping) {
+                r.cycle_ms.push_back(ms(t2 - t0));
+                r.acquire_ms.push_back(ms(t1 - t0));
+                ++w.cycles;
+                if (r.last_holder >= 0 && r.last_holder != w.id) ++r.switches;
+                r.last_holder = w.id;
+            }
+        }
+    } catch (boost::system::system_error const& e) {
+        if (e.code() != asio::error::operation_aborted) throw;
+    }
+}
+
+asio::awaitable<result> measure(backend& be, int k, double seconds) {
+    auto ex = co_await asio::this_coro::executor;
+    result r;
+    r.backend = be.name();
+    r.candidates = k;
+    std::string key = "bench/throughput/" + std::to_string(k) + "/" +
+                      std::to_string(steady::now().time_since_epoch().count());
+    std::vector<std::unique_ptr<worker>> ws;
+    for (int i = 0; i < k; ++i) {
+        auto w = std::make_unique<worker>();
+        w->id = i;
+        w->cl = be.make_client();
+        tenure::session_options so;
+        so.name = "throughput-" + std::to_string(i);
+        so.ttl = 10s;
+        so.lock_delay = 0s;
+        w->s = co_await tenure::session::create(*w->cl, so);
+        w->e.emplace(w->s, key, so.name);
+        ws.push_back(std::move(w));
+    }
+    bool measuring = false, stopping = false;
+    int finished = 0;
+    std::string failure;
+    asio::steady_timer done(ex, steady::time_point::max());
+    for (auto& w : ws)
+        asio::co_spawn(ex, cycle_loop(*w, r, measuring, stopping),
+                       asio::bind_cancellation_slot(w->stop.slot(), [&](std::exception_ptr e) {
+                           ++finished;
+                           if (e) {
+                               try {
+                                   std::rethrow_exception(e);
+                               } catch (std::exception const& x) {
+                                   failure = x.what();
+                               }
+                           }
+                           done.cancel();
+                       }));
+    co_await sleep_for(std::chrono::milliseconds(200));  // warm-up: connections, first wake-ups
+    measuring = true;
+    auto const start = steady::now();
+    auto const total = std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
+    while (steady::now() - start < total) {
+        co_await sleep_for(std::min<steady::duration>(total - (steady::now() - start), 500ms));
+        std::fprintf(stderr, "\r  %-6s K=%-3d %5.1f s  %zu cycles", be.name().c_str(), k,
+                     std::chrono::duration<double>(steady::now() - start).count(), r.cycle_ms.size());
+    }
+    stopping = true;
+    r.elapsed_s = std::chrono::duration<double>(steady::now() - start).count();
+    std::fprintf(stderr, "\n");
+    for (auto& w : ws) w->stop.emit(asio::cancellation_type::terminal);
+    while (finished < k) {
+        done.expires_after(5s);
+        co_await done.async_wait(tuple_awaitable);
+    }
+    if (!failure.empty()) std::fprintf(stderr, "  a candidate failed: %s\n", failure.c_str());
+    for (auto& w : ws) {
+        r.per_candidate.push_back(w->cycles);
+        co_await w->s.close(tuple_awaitable);
+    }
+    for (auto& w : ws) w->cl->close();
+    r.load = loadavg();
+    co_return r;
+}
+
+void print_header() {
+    std::printf("%-7s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %s\n", "backend", "K", "cycles",
+                "cycles/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "acq p50", "acq p99", "min/c", "max/c", "switch%",
+                "load");
+}
+
+void print_row(result const& r) {
+    auto n = r.cycle_ms.size();
+    double rate = static_cast<double>(n) / r.elapsed_s;
+    int mn = r.per_candidate.empty() ? 0 : *std::min_element(r.per_candidate.begin(), r.per_candidate.end());
+    int mx = r.per_candidate.empty() ? 0 : *std::max_element(r.per_candidate.begin(), r.per_candidate.end());
+    double sw = n > 1 ? 100.0 * r.switches / static_cast<double>(n - 1) : 0.0;
+    std::printf("%-7s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %s\n",
+                r.backend.c_str(), r.candidates, n, rate, pct(r.cycle_ms, 50), pct(r.cycle_ms, 90),
+                pct(r.cycle_ms, 99), max_of(r.cycle_ms), pct(r.acquire_ms, 50), pct(r.acquire_ms, 99), mn, mx, sw,
+                r.load.c_str());
+    std::fflush(stdout);
+}
+
+void plot(config const& cfg, std::vector<result> const& results) {
+    namespace fs = std::filesystem;
+    fs::path dir = cfg.plot_dir;
+    fs::create_directories(dir / "gnuplot");
+    fs::path dat = dir / "gnuplot" / "throughput.dat";
+    fs::path gp = dir / "gnuplot" / "throughput.gp";
+    fs::path png = dir / "throughput.png";
+    {
+        // One block per backend: K, cycles/s, p50, p99 (ms).
+        std::ofstream f(dat);
+        for (auto const& b : cfg.backends) {
+            f << "# " << b << "\n";
+            for (auto const& r : results)
+                if (r.backend == b)
+                    f << r.candidates << ' ' << static_cast<double>(r.cycle_ms.size()) / r.elapsed_s << ' '
+                      << pct(r.cycle_ms, 50) << ' ' << pct(r.cycle_ms, 99) << '\n';
+            f << "\n\n";
+        }
+    }
+    std::ofstream g(gp);
+    g << "set terminal pngcairo size 1300,520 font 'DejaVu Sans,10'\n";
+    g << "set output '" << png.string() << "'\n";
+    g << "set multiplot layout 1,2 title \"Lock throughput: acquire()+release() cycles on one key, K candidates "
+         "contending (" << cfg.seconds << " s per point)\"\n";
+    g << "set grid\nset logscale x\nset xlabel 'candidates K (log scale)'\nset key top right\n";
+    g << "set ylabel 'cycles per second (all candidates together, log scale)'\nset logscale y\n";
+    g << "set title 'throughput'\n";
+    auto color = [](std::string const& b) { return std::string(b == "http" ? "#d95f02" : "#1b9e77"); };
+    std::string plot = "plot ";
+    for (std::size_t i = 0; i < cfg.backends.size(); ++i) {
+        if (i) plot += ", ";
+        plot += "'" + dat.string() + "' index " + std::to_string(i) + " using 1:2 with linespoints lw 2 pt 7 lc rgb '" +
+                color(cfg.backends[i]) + "' title '" + cfg.backends[i] + "'";
+    }
+    g << plot << "\n";
+    g << "set title 'time per cycle (acquire() call -> release answered)'\n";
+    g << "set ylabel 'ms per cycle (log scale)'\n";
+    plot = "plot ";
+    for (std::size_t i = 0; i < cfg.backends.size(); ++i) {
+        if (i) plot += ", ";
+        plot += "'" + dat.string() + "' index " + std::to_string(i) + " using 1:3 with linespoints lw 2 pt 7 lc rgb '" +
+                color(cfg.backends[i]) + "' title '" + cfg.backends[i] + " p50', '" + dat.string() + "' index " +
+                std::to_string(i) + " using 1:4 with linespoints lw 1 dt 2 pt 6 lc rgb '" + color(cfg.backends[i]) +
+                "' title '" + cfg.backends[i] + " p99'";
+    }
+    g << plot << "\nunset multiplot\n";
+    g.close();
+    if (run_gnuplot(gp.string())) std::fprintf(stderr, "plot: %s\n", png.c_str());
+    else std::fprintf(stderr, "gnuplot failed for %s\n", gp.c_str());
+}
+
+int usage() {
+    std::cerr << "usage: throughput [--quick | --full] [--backend http,inproc] [--candidates 1,2,10,100]\n"
+                 "                  [--seconds S] [--csv FILE] [--plot DIR]\n";
+    return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    config cfg;
+    for (auto const& a : args)
+        if (a == "--full") {
+            cfg.mode = "full";
+            cfg.seconds = 10;
+        }
+    try {
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            auto value = [&]() -> std::string {
+                if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
+                return args[++i];
+            };
+            if (args[i] == "--quick" || args[i] == "--full") continue;
+            else if (args[i] == "--backend") cfg.backends = split(value());
+            else if (args[i] == "--candidates") {
+                cfg.candidates.clear();
+                for (auto const& k : split(value())) cfg.candidates.push_back(std::stoi(k));
+            } else if (args[i] == "--seconds") cfg.seconds = std::stod(value());
+            else if (args[i] == "--csv") cfg.csv = value();
+            else if (args[i] == "--plot") cfg.plot_dir = value();
+            else return usage();
+        }
+        for (auto const& b : cfg.backends)
+            if (b != "http" && b != "inproc") throw std::runtime_error("unknown backend " + b);
+    } catch (std::exception const& e) {
+        std::cerr << "throughput: " << e.what() << "\n";
+        return usage();
+    }
+
+    std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
+    std::printf("throughput bench (%s): %s; %.1f s per configuration; one key, LockDelay 0\n", cfg.mode.c_str(), date,
+                cfg.seconds);
+    std::printf("machine: %s; load average at start: %s\n", machine().c_str(), loadavg().c_str());
+    std::printf("a cycle: acquire() called -> release() answered; acq: the acquire() part; min/c, max/c: cycles "
+                "of the least and most served candidate;\nswitch%%: cycles whose holder differs from the previous "
+                "cycle's (0%%: one candidate keeps re-taking the key)\n");
+    print_header();
+
+    asio::io_context io;
+    std::vector<result> results;
+    int rc = 0;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            for (auto const& bname : cfg.backends) {
+                std::unique_ptr<backend> be =
+                    bname == "http" ? backend::start_http(io, "1s") : backend::start_inproc(io, 1s);
+                for (int k : cfg.candidates) {
+                    result r = co_await measure(*be, k, cfg.seconds);
+                    print_row(r);
+                    results.push_back(std::move(r));
+                }
+                be->stop();
+                co_await sleep_for(50ms);
+            }
+        },
+        [&](std::exception_ptr e) {
+            if (e) {
+                try {
+                    std::rethrow_exception(e);
+                } catch (std::exception const& x) {
+                    std::cerr << "throughput failed: " << x.what() << "\n";
+                }
+                rc = 1;
+            }
+        });
+    io.run();
+    std::printf("load average at the end: %s\n", loadavg().c_str());
+    if (!cfg.csv.empty()) {
+        std::ofstream f(cfg.csv);
+        f << "backend,candidates,cycle,cycle_ms,acquire_ms\n";
+        for (auto const& r : results)
+            for (std::size_t i = 0; i < r.cycle_ms.size(); ++i)
+                f << r.backend << ',' << r.candidates << ',' << i << ',' << r.cycle_ms[i] << ',' << r.acquire_ms[i]
+                  << '\n';
+    }
+    if (!cfg.plot_dir.empty()) plot(cfg, results);
+    return rc;
+}
