@@ -23,9 +23,12 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <cerrno>
 #include <csignal>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -91,8 +94,11 @@ inline std::string machine() {
 // failover bench's header.)
 class backend {
 public:
-    // `log_level` info: the agent logs every session invalidation, which the
-    // bench reads from its stderr (see on_log); warn: its stderr is inherited.
+    // `log_level` info: the agent logs every session invalidation; a thread of
+    // the bench reads its stderr with blocking reads and stamps each line the
+    // moment it arrives (the io_context may be busy with the responses the same
+    // event woke), then hands it to on_log on the io_context. warn: the agent's
+    // stderr is inherited.
     static std::unique_ptr<backend> start_http(asio::io_context& io, std::string const& ttl_min,
                                                std::string const& log_level = "warn") {
         auto b = std::unique_ptr<backend>(new backend(io, "http"));
@@ -102,10 +108,13 @@ public:
         if (log_level == "warn") {
             b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, {}}, die_with_parent{});
         } else {
-            b->log_ = std::make_shared<log_reader>(io);
-            b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, b->log_->pipe},
-                             die_with_parent{});
-            asio::co_spawn(io, read_log(b->log_), asio::detached);
+            int fds[2];
+            if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+            b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, fds[1]}, die_with_parent{});
+            ::close(fds[1]);
+            b->log_ = std::make_shared<log_reader>();
+            b->log_->ex = io.get_executor();
+            b->log_thread_ = std::thread([r = b->log_, fd = fds[0]] { read_log(r, fd); });
         }
         std::string line;
         asio::read_until(*b->out_, asio::dynamic_buffer(line), '\n');
@@ -114,9 +123,9 @@ public:
         return b;
     }
 
-    // Called with each line the agent child logs (http backend started with
-    // log level info), as soon as it is read.
-    void on_log(std::function<void(std::string const&)> f) {
+    // Called on the io_context with each line the agent child logs (http
+    // backend started with log level info) and the moment it was read.
+    void on_log(std::function<void(std::string const&, steady::time_point)> f) {
         if (log_) log_->on_line = std::move(f);
     }
 
@@ -142,6 +151,7 @@ public:
             proc_->wait(ec);
         }
         proc_.reset();
+        if (log_thread_.joinable()) log_thread_.join();  // EOF once the agent has exited
         if (agent_) agent_->stop();
     }
 
@@ -160,22 +170,29 @@ public:
 
 private:
     struct log_reader {
-        explicit log_reader(asio::io_context& io) : pipe(io) {}
-        asio::readable_pipe pipe;
-        std::function<void(std::string const&)> on_line;
+        asio::any_io_executor ex;
+        std::function<void(std::string const&, steady::time_point)> on_line;  // used on ex only
     };
-    static asio::awaitable<void> read_log(std::shared_ptr<log_reader> r) {
+    static void read_log(std::shared_ptr<log_reader> r, int fd) {
         std::string buf;
+        char chunk[4096];
         for (;;) {
-            auto [ec, n] = co_await asio::async_read_until(r->pipe, asio::dynamic_buffer(buf), '\n',
-                                                           asio::as_tuple(asio::use_awaitable));
-            if (ec) co_return;
-            std::string line = buf.substr(0, n - 1);
-            buf.erase(0, n);
-            if (r->on_line) r->on_line(line);
-            else if (line.find("[WARN]") != std::string::npos || line.find("[ERROR]") != std::string::npos)
-                std::fprintf(stderr, "agent: %s\n", line.c_str());
+            ssize_t n = ::read(fd, chunk, sizeof chunk);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            auto const t = steady::now();
+            buf.append(chunk, static_cast<std::size_t>(n));
+            for (std::size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+                std::string line = buf.substr(0, nl);
+                buf.erase(0, nl + 1);
+                asio::post(r->ex, [r, line = std::move(line), t] {
+                    if (r->on_line) r->on_line(line, t);
+                    else if (line.find("[WARN]") != std::string::npos || line.find("[ERROR]") != std::string::npos)
+                        std::fprintf(stderr, "agent: %s\n", line.c_str());
+                });
+            }
         }
+        ::close(fd);
     }
 
     backend(asio::io_context& io, std::string name) : io_(io), name_(std::move(name)) {}
@@ -183,6 +200,7 @@ private:
     std::string name_, url_;
     std::optional<asio::readable_pipe> out_;
     std::shared_ptr<log_reader> log_;
+    std::thread log_thread_;
     std::optional<bp::process> proc_;
     std::optional<tenure::agent> agent_;
 };

@@ -48,9 +48,10 @@
 //   detection    end of leadership -> the server invalidates the session (clean: the key
 //                is free). inproc: exact, from the agent's state machine hooks. http: the
 //                earliest of three signs, each an upper bound: the agent's "session
-//                invalidated" log line (read from its stderr, written before it answers
-//                the woken queries), a blocking query on /v1/session/info/<id> (clean: on
-//                the key), and the answer to the request that ended the term. The CSV
+//                invalidated" log line (read from its stderr by a thread of the bench that
+//                stamps each line on arrival; the agent writes it before it answers
+//                the woken queries), a blocking query on /v1/session/info/<id> (not for
+//                clean), and the answer to the request that ended the term. The CSV
 //                also has the blocking query's own figure (query_detection_ms): with 100
 //                candidates it is one of 100 woken queries and can lag by milliseconds.
 //   lock-delay   the leader's LockDelay (0 for clean and destroy-0).
@@ -260,6 +261,11 @@ private:
     void disarm_observer();
     asio::awaitable<void> swap_to(candidate& w, std::string const& sid, std::string const& value);
     asio::awaitable<std::string> read_child_line(child_proc& ch);
+    // Each sign of the invalidation (or release) is an upper bound: keep the earliest.
+    void set_t1(steady::time_point t) {
+        if (!t1_ || t < *t1_) t1_ = t;
+        wake_.cancel();
+    }
     void resume_candidate(candidate& c) {
         c.may_campaign = true;
         c.resume.cancel();
@@ -288,6 +294,7 @@ private:
     std::string watch_sid_;
     std::optional<steady::time_point> t1_;
     std::optional<steady::time_point> t_query_;  // http: when the blocking query saw it
+    bool log_seen_ = false;                        // http: the agent's log line about it was read
     std::optional<tenure::detail::agent::state_machine::watch_registration> key_watch_;
     std::unique_ptr<asio::cancellation_signal> obs_stop_;
     bool obs_parked_ = false;
@@ -364,15 +371,13 @@ void run::arm_observer(std::string const& sid, bool key_mode) {
     watch_sid_ = sid;
     t1_.reset();
     t_query_.reset();
+    log_seen_ = false;
     if (auto* a = be_.agent()) {
         if (key_mode) {
             watch_target t;
             t.what = watch_target::kind::key;
             t.name = key_;
-            key_watch_.emplace(a->state().watch({t}, [this] {
-                if (!t1_) t1_ = steady::now();
-                wake_.cancel();
-            }));
+            key_watch_.emplace(a->state().watch({t}, [this] { set_t1(steady::now()); }));
         }
         return;  // invalidations: the on_invalidate hook installed by go()
     }
@@ -411,8 +416,7 @@ asio::awaitable<void> run::observe(std::string sid, bool key_mode) {
         }
     }
     t_query_ = steady::now();
-    if (!t1_) t1_ = t_query_;
-    wake_.cancel();
+    set_t1(*t_query_);
 }
 
 void run::disarm_observer() {
@@ -484,21 +488,17 @@ asio::awaitable<result_set> run::go() {
         saved_hook = a->state().on_invalidate;
         a->state().on_invalidate = [this, saved_hook](auto const& s, auto cause) {
             if (saved_hook) saved_hook(s, cause);
-            if (!watch_sid_.empty() && s.id == watch_sid_ && !t1_) {
-                t1_ = steady::now();
-                wake_.cancel();
-            }
+            if (!watch_sid_.empty() && s.id == watch_sid_) set_t1(steady::now());
         };
     }
 
     // Over HTTP, the agent logs each invalidation the moment it happens (before
     // it answers the woken blocking queries): the earliest sign of it.
     if (!be_.agent()) {
-        be_.on_log([this](std::string const& line) {
-            if (watch_sid_.empty() || t1_ || line.find("session invalidated: id=" + watch_sid_) == std::string::npos)
-                return;
-            t1_ = steady::now();
-            wake_.cancel();
+        be_.on_log([this](std::string const& line, steady::time_point t) {
+            if (watch_sid_.empty() || line.find("session invalidated: id=" + watch_sid_) == std::string::npos) return;
+            log_seen_ = true;
+            set_t1(t);
         });
     }
 
@@ -614,14 +614,16 @@ asio::awaitable<result_set> run::go() {
             // The answer to the request that ended the term comes after the
             // server acted on it: an upper bound for the invalidation / release.
             TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - t0), t1_ ? "set" : "unset");
-            if (!t1_ && (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0))
-                t1_ = steady::now();
+            if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0)
+                set_t1(steady::now());
 
             TRACE("term ended");
             // 4. The next leader.
             candidate* next = co_await next_winner(steady::now() + round_timeout());
             auto const t3 = t3_;
             co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
+            if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
+                co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
             disarm_observer();
             co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
             TRACE("winner %d, t1 %d", next->id, int(t1_.has_value()));
@@ -677,7 +679,7 @@ asio::awaitable<result_set> run::go() {
     co_await sleep_for(20ms);  // background closes of replaced sessions
     for (auto& c : cands_) c->cl->close();
     admin_->close();
-    be_.on_log(nullptr);
+    be_.on_log({});
     if (auto* a = be_.agent()) {
         a->state().on_invalidate = saved_hook;
         a->state().on_lock_delay_reject = saved_reject_hook;
@@ -958,7 +960,8 @@ int main(int argc, char** argv) {
         for (auto const& s : cfg.scenarios) find_scenario(s);
         for (auto const& b : cfg.backends) {
             if (b == "etcd" || b == "etcdctl")
-                throw std::runtime_error("backend " + b + " is not implemented yet (waiting for the etcd client)");
+                throw std::runtime_error("backend " + b +
+                                         " is not measured yet: its rows come later (see bench/RESULTS.md)");
             if (b != "http" && b != "inproc") throw std::runtime_error("unknown backend " + b);
         }
         for (int k : cfg.candidates)
