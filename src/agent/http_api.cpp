@@ -3,7 +3,9 @@
 // reference/consul-semantics.md): 400 for decode and parameter errors, 404 for
 // renew of an unknown session and for KV misses, 405 with Allow, 413 for
 // oversize values, 500 for state errors.
+#include <tenure/detail/agent/acl.hpp>
 #include <tenure/detail/agent/http_api.hpp>
+#include <tenure/detail/agent/metrics.hpp>
 #include <tenure/detail/duration.hpp>
 #include <tenure/detail/wire.hpp>
 
@@ -277,8 +279,9 @@ namespace {
 
 class handler {
 public:
-    handler(state_machine& sm, request const& req, time_point now, blocking_state& bs)
-        : sm_(sm), req_(req), now_(now), bs_(bs) {}
+    handler(state_machine& sm, request const& req, time_point now, blocking_state& bs,
+            agent_metrics const* metrics = nullptr)
+        : sm_(sm), req_(req), now_(now), bs_(bs), metrics_(metrics) {}
 
     api_outcome run();
 
@@ -374,6 +377,7 @@ private:
     request const& req_;
     time_point now_;
     blocking_state& bs_;
+    agent_metrics const* metrics_;
     query q_;
 };
 
@@ -712,6 +716,12 @@ api_outcome handler::agent(std::string_view rest) {
                                                {"Meta", json::object{}},
                                                {"Stats", json::object{}}}));
     }
+    if (rest == "metrics" && metrics_) {  // metrics.hpp
+        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+        if (q_.get("format") == "prometheus")
+            return done(make_response(http::status::ok, metrics_->prometheus(sm_), "text/plain; version=0.0.4; charset=utf-8"));
+        return done(make_response(http::status::ok, metrics_->consul_json(sm_), app_json));
+    }
     if (rest == "checks") {
         if (auto r = check_method({http::verb::get})) return done(std::move(*r));
         json::object o;
@@ -899,7 +909,15 @@ api_outcome handler::status(std::string_view rest) {
 
 api_outcome http_api::handle(request const& req, time_point now, blocking_state& bs) {
     try {
-        return handler(sm_, req, now, bs).run();
+        // ACLs first (an unauthorised caller learns nothing about limits),
+        // then limits; both refuse before anything changes.
+        acl_filter filter;
+        if (acl_)
+            if (auto refused = acl_->authorize(req, sm_, filter)) return {std::move(*refused), std::nullopt};
+        if (auto refused = check_limits(limits_, sm_, req)) return {std::move(*refused), std::nullopt};
+        api_outcome out = handler(sm_, req, now, bs, metrics_).run();
+        if (out.res) acl_store::apply(filter, *out.res);
+        return out;
     } catch (std::exception const& e) {
         // Defensive: a decoding corner not caught above must not take the agent down.
         return {text(http::status::bad_request, std::string("Bad request: ") + e.what()), std::nullopt};

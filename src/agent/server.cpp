@@ -9,9 +9,14 @@
 // The connection objects are owned by their serve() frames and listed in the
 // agent so that stop() can close them.
 #include <tenure/agent.hpp>
+#include <tenure/detail/agent/acl.hpp>
 #include <tenure/detail/agent/http_api.hpp>
+#include <tenure/detail/agent/metrics.hpp>
+#include <tenure/detail/agent/persist.hpp>
 #include <tenure/detail/agent/state.hpp>
 #include <tenure/detail/log.hpp>
+
+#include "tls.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -39,6 +44,8 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <list>
 #include <optional>
@@ -60,6 +67,7 @@ namespace {
 // Waiting for (and reading) a request header, including keep-alive idle time.
 constexpr auto idle_timeout = 5min;
 constexpr auto body_timeout = 60s;
+constexpr auto handshake_timeout = 10s;  // TLS
 constexpr auto write_timeout = 60s;
 // After refusing a request whose body was not read: how long, and how much,
 // to drain before closing, so the peer reads our response instead of a reset.
@@ -144,7 +152,30 @@ ag::agent_config make_config(agent_options const& o) {
     c.node_name = o.node_name;
     c.datacenter = o.datacenter;
     c.session_ttl_min = o.session_ttl_min;
+    c.kv_max_value_size = o.kv_max_value_size;
     return c;
+}
+
+// The ACL store from the options. A missing file or bad JSON throws, so the
+// agent never starts with ACLs other than those asked for.
+std::unique_ptr<ag::acl_store> make_acl(agent_options const& o) {
+    ag::acl_options a;
+    a.enabled = o.acl_enabled;
+    a.default_policy = o.acl_default_allow ? ag::acl_access::write : ag::acl_access::deny;
+    a.bootstrap_token = o.acl_bootstrap_token;
+    if (!o.acl_file.empty()) {
+        std::ifstream in(o.acl_file, std::ios::binary);
+        if (!in)
+            throw agent_error(boost::system::errc::make_error_code(boost::system::errc::no_such_file_or_directory),
+                              "cannot read ACL file \"" + o.acl_file + "\"");
+        a.file_json.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (a.file_json.empty()) a.file_json = "{}";
+    }
+    try {
+        return std::make_unique<ag::acl_store>(std::move(a));
+    } catch (ag::acl_config_error const& e) {
+        throw agent_error(asio::error::invalid_argument, "invalid ACL configuration", e.what());
+    }
 }
 
 ag::response text_response(http::status st, std::string body) {
@@ -230,7 +261,8 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     void stop();
     void timers_changed();
 
-    static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self);
+    static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self, tcp::acceptor& listener,
+                                             asio::ssl::context* tls);
     static asio::awaitable<void> tick_loop(std::shared_ptr<impl> self);
     static asio::awaitable<void> serve(std::unique_ptr<connection> cp);
 
@@ -243,7 +275,7 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     asio::awaitable<bool> park(connection& c, beast::flat_buffer const& buf, ag::wait_request w);
     ag::api_outcome handle(ag::request const& req, ag::blocking_state& bs);
     void log_request(connection const& c, std::string_view method, std::string_view target, unsigned status,
-                     ag::time_point start) const;
+                     ag::time_point start);
     void warn_rejected(tcp::endpoint const& peer);
     // The Date header value, formatted at most once a second.
     std::string const& date();
@@ -265,6 +297,9 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     agent_options opts;
     detail::logger log;
     ag::state_machine sm;
+    ag::agent_metrics metrics;
+    std::unique_ptr<ag::durable_store> store;     // with data_dir
+    std::shared_ptr<ag::group_commit> commits;  // with data_dir
     ag::http_api api;
     tcp::acceptor acceptor;
     tcp::endpoint local;
@@ -278,11 +313,15 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     ag::time_point last_accept_warn{};
     std::time_t date_time = -1;
     std::string date_text;
+    std::unique_ptr<ag::acl_store> acl;
+    std::unique_ptr<asio::ssl::context> tls;  // with https_addr
+    tcp::acceptor tls_acceptor;
+    tcp::endpoint tls_local;
 };
 
 struct agent::impl::connection {
-    connection(std::shared_ptr<impl> o, tcp::socket s)
-        : owner(std::move(o)), stream(std::move(s)), park(stream.get_executor()) {
+    connection(std::shared_ptr<impl> o, tcp::socket s, asio::ssl::context* tls)
+        : owner(std::move(o)), stream(std::move(s), tls), park(stream.get_executor()) {
         pos = owner->conns.insert(owner->conns.end(), this);
     }
     connection(connection const&) = delete;
@@ -296,36 +335,65 @@ struct agent::impl::connection {
     }
 
     std::shared_ptr<impl> owner;  // declared first: destroyed last
-    beast::tcp_stream stream;
+    ag::agent_stream stream;  // TCP, or TLS on the HTTPS listener
     asio::steady_timer park;  // deadline of a parked blocking query
     tcp::endpoint peer;
     bool can_peek = false;  // socket is non-blocking: peek_peer() is safe
+    ag::token_bucket bucket;  // -http-rate-per-conn
     std::list<connection*>::iterator pos;
 };
 
 agent::impl::impl(asio::any_io_executor e, agent_options o)
     : ex(std::move(e)),
       opts(std::move(o)),
-      log(opts.level, opts.log_stream),
+      log(opts.level, opts.log_stream, opts.log_json ? log_format::json : log_format::text),
       sm(make_config(opts), ag::clock::now()),
       api(sm),
       acceptor(ex),
       tick(ex),
-      accept_retry(ex) {
-    tcp::endpoint const ep = parse_http_addr(opts.http_addr);
-    auto fail = [&](boost::system::error_code const& ec) {
-        throw agent_error(ec, "cannot listen on " + endpoint_string(ep));
+      accept_retry(ex),
+      tls_acceptor(ex) {
+    if (!opts.data_dir.empty()) {  // recover (or refuse: directory locked) before listening
+        store = std::make_unique<ag::durable_store>(ag::persist_options{opts.data_dir}, sm, ag::clock::now(), &log);
+        store->on_commit = [this](std::chrono::nanoseconds d, std::size_t bytes) { metrics.observe_commit(d, bytes); };
+        commits = std::make_shared<ag::group_commit>(ex, *store);
+        commits->on_failure = [this](std::string const& e) {
+            log.error("agent.wal", e + "; stopping the agent");
+            stop();
+        };
+    }
+    acl = make_acl(opts);  // before listening: a bad ACL file stops the start
+    api.set_acl(acl.get());
+    api.set_limits({.max_sessions_per_node = opts.max_sessions_per_node, .max_kv_keys = opts.max_kv_keys});
+    if (!opts.https_addr.empty()) {
+        try {
+            tls = ag::make_server_tls_context(opts);
+        } catch (std::invalid_argument const& e) {
+            throw agent_error(asio::error::invalid_argument, "invalid TLS configuration", e.what());
+        }
+    }
+    auto listen = [](tcp::acceptor& acc, tcp::endpoint const& ep) {
+        auto fail = [&](boost::system::error_code const& ec) {
+            throw agent_error(ec, "cannot listen on " + endpoint_string(ep));
+        };
+        boost::system::error_code ec;
+        acc.open(ep.protocol(), ec);
+        if (ec) fail(ec);
+        acc.set_option(tcp::acceptor::reuse_address(true), ec);  // TIME_WAIT only; never shares a live port
+        acc.bind(ep, ec);
+        if (ec) fail(ec);
+        acc.listen(asio::socket_base::max_listen_connections, ec);
+        if (ec) fail(ec);
+        auto const bound = acc.local_endpoint(ec);
+        if (ec) fail(ec);
+        return bound;
     };
-    boost::system::error_code ec;
-    acceptor.open(ep.protocol(), ec);
-    if (ec) fail(ec);
-    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);  // TIME_WAIT only; never shares a live port
-    acceptor.bind(ep, ec);
-    if (ec) fail(ec);
-    acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) fail(ec);
-    local = acceptor.local_endpoint(ec);
-    if (ec) fail(ec);
+    local = listen(acceptor, parse_http_addr(opts.http_addr));
+    if (tls) {
+        std::string_view https = opts.https_addr;
+        if (https.starts_with("https://")) https.remove_prefix(8);
+        tls_local = listen(tls_acceptor, parse_http_addr(std::string(https)));
+    }
 
     sm.on_invalidate = [this](ag::session_entry const& s, ag::invalidation_cause cause) {
         if (!log.enabled(log_level::info)) return;
@@ -339,13 +407,22 @@ agent::impl::impl(asio::any_io_executor e, agent_options o)
         if (!log.enabled(log_level::debug)) return;
         log.debug("agent.kvs", "rejecting lock of key due to lock-delay: key=" + std::string(key));
     };
+    metrics.attach(sm);  // wraps the two callbacks above
+    api.set_metrics(&metrics);
 }
 
 void agent::impl::start() {
     if (started || stopping) return;
     started = true;
     asio::co_spawn(ex, tick_loop(shared_from_this()), completion("timer loop"));
-    asio::co_spawn(ex, accept_loop(shared_from_this()), completion("accept loop"));
+    asio::co_spawn(ex, accept_loop(shared_from_this(), acceptor, nullptr), completion("accept loop"));
+    if (tls) asio::co_spawn(ex, accept_loop(shared_from_this(), tls_acceptor, tls.get()), completion("HTTPS accept loop"));
+    if (tls && log.enabled(log_level::info))
+        log.info("agent", "started HTTPS server: address=" + endpoint_string(tls_local) + " verify_incoming=" +
+                              (opts.verify_incoming ? "true" : "false"));
+    if (acl->enabled() && log.enabled(log_level::info))
+        log.info("agent", std::string("ACLs enabled: default_policy=") + (opts.acl_default_allow ? "allow" : "deny") +
+                              " tokens=" + std::to_string(acl->token_count()));
     if (log.enabled(log_level::info)) {
         log.info("agent", "started HTTP server: address=" + endpoint_string(local) + " network=tcp node=" +
                               opts.node_name + " datacenter=" + opts.datacenter);
@@ -355,8 +432,10 @@ void agent::impl::start() {
 void agent::impl::stop() {
     if (stopping) return;
     stopping = true;
+    if (commits) commits->flush();  // timer-driven changes not yet on disk
     boost::system::error_code ec;
     acceptor.close(ec);
+    tls_acceptor.close(ec);
     tick.cancel();
     accept_retry.cancel();
     std::size_t const n = conns.size();
@@ -368,6 +447,7 @@ void agent::impl::stop() {
 
 void agent::impl::timers_changed() {
     if (!started || stopping) return;
+    if (commits) commits->schedule();  // in-process changes reach the log too
     auto const d = sm.next_deadline();
     if (d && *d < tick.expiry()) tick.cancel();  // tick_loop re-arms at the new deadline
 }
@@ -395,15 +475,17 @@ asio::awaitable<void> agent::impl::tick_loop(std::shared_ptr<impl> self) {
             } catch (std::exception const& e) {
                 a.log.error("agent", std::string("advance failed: ") + e.what());
             }
+            if (a.commits) a.commits->schedule();  // TTL invalidations are logged too
             floor = now;
         }
     }
 }
 
-asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self) {
+asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self, tcp::acceptor& listener,
+                                              asio::ssl::context* tls) {
     impl& a = *self;
     while (!a.stopping) {
-        auto [ec, sock] = co_await a.acceptor.async_accept(awaitable_tuple);
+        auto [ec, sock] = co_await listener.async_accept(awaitable_tuple);
         if (a.stopping) break;
         if (ec) {
             if (transient_accept_error(ec)) continue;
@@ -429,7 +511,7 @@ asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self) {
             a.warn_rejected(peer);
             continue;
         }
-        auto c = std::make_unique<connection>(self, std::move(sock));
+        auto c = std::make_unique<connection>(self, std::move(sock), tls);
         asio::co_spawn(a.ex, serve(std::move(c)), a.completion("connection"));
     }
 }
@@ -455,7 +537,7 @@ ag::api_outcome agent::impl::handle(ag::request const& req, ag::blocking_state& 
         out = api.handle(req, ag::clock::now(), bs);
     } catch (std::exception const& e) {
         log.error("agent.http", "request failed: method=" + std::string(req.method_string()) +
-                                    " url=" + std::string(req.target()) + " error=" + e.what());
+                                    " url=" + ag::redact_token(req.target()) + " error=" + e.what());
         out = {};
         out.res = text_response(http::status::internal_server_error, std::string("internal error: ") + e.what());
     }
@@ -468,13 +550,14 @@ ag::api_outcome agent::impl::handle(ag::request const& req, ag::blocking_state& 
 }
 
 void agent::impl::log_request(connection const& c, std::string_view method, std::string_view target, unsigned status,
-                              ag::time_point start) const {
+                              ag::time_point start) {
+    metrics.observe_request(method, target, status, ag::clock::now() - start);
     if (!log.enabled(log_level::debug)) return;
     auto const us = std::chrono::duration_cast<std::chrono::microseconds>(ag::clock::now() - start).count();
     std::string m = "request: method=";
     m += method;
     m += " url=";
-    m += target;
+    m += ag::redact_token(target);
     m += " status=" + std::to_string(status);
     m += " from=" + endpoint_string(c.peer);
     m += " duration_us=" + std::to_string(us);
@@ -581,8 +664,19 @@ asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
         s.set_option(tcp::no_delay(true), ec);
         s.non_blocking(true, ec);
         c.can_peek = !ec;
+        c.bucket = ag::token_bucket(a.opts.http_rate_per_conn, a.opts.http_burst_per_conn, ag::clock::now());
     }
     if (a.log.enabled(log_level::trace)) a.log.trace("agent.http", "connection opened from " + endpoint_string(c.peer));
+    if (c.stream.is_tls()) {
+        c.stream.expires_after(handshake_timeout);
+        auto [tec] = co_await c.stream.async_handshake(asio::ssl::stream_base::server, awaitable_tuple);
+        if (a.stopping) co_return;
+        if (tec) {  // no certificate, wrong CA, plain HTTP on the HTTPS port...
+            if (a.log.enabled(log_level::debug))
+                a.log.debug("agent.http", "TLS handshake with " + endpoint_string(c.peer) + " failed: " + tec.message());
+            co_return;
+        }
+    }
 
     beast::flat_buffer buf;
     for (;;) {
@@ -648,16 +742,26 @@ asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
 
         // ---- evaluate, parking blocking queries ----
         ag::blocking_state bs;
-        ag::api_outcome out = a.handle(req, bs);
+        ag::api_outcome out;
+        if (c.bucket.try_take(ag::clock::now())) out = a.handle(req, bs);
+        else out.res = ag::rate_limited();  // the connection stays open
         while (!out.res) {
+            if (a.opts.max_blocking_queries && a.sm.watcher_count() >= a.opts.max_blocking_queries) {
+                out.res = ag::too_many_blocking_queries(a.opts.max_blocking_queries);
+                break;
+            }
             if (!co_await a.park(c, buf, std::move(*out.wait))) {
                 if (a.log.enabled(log_level::trace))
-                    a.log.trace("agent.http", "blocking query abandoned: url=" + std::string(req.target()) +
+                    a.log.trace("agent.http", "blocking query abandoned: url=" + ag::redact_token(req.target()) +
                                                   " from=" + endpoint_string(c.peer));
                 co_return;
             }
             out = a.handle(req, bs);
         }
+
+        // ---- durability: nothing leaves that is not on disk (group commit) ----
+        if (a.commits && !co_await a.commits->wait_durable())
+            out.res = text_response(http::status::internal_server_error, "write-ahead log failed; agent stopping");
 
         // ---- respond ----
         ag::response& res = *out.res;
@@ -698,6 +802,12 @@ agent::~agent() {
 tcp::endpoint agent::local_endpoint() const { return impl_->local; }
 
 std::string agent::http_address() const { return "http://" + endpoint_string(impl_->local); }
+
+tcp::endpoint agent::https_endpoint() const { return impl_->tls_local; }
+
+std::string agent::https_address() const {
+    return impl_->tls ? "https://" + endpoint_string(impl_->tls_local) : std::string{};
+}
 
 void agent::start() { impl_->start(); }
 

@@ -323,6 +323,7 @@ result<std::string> state_machine::session_create(session_create_request const& 
     reset_session_timer(s, now);
     std::string id = s.id;
     sessions_.emplace(id, std::move(s));
+    touched_session(id);
     notify_table(watch_target::kind::sessions);
     return id;
 }
@@ -367,6 +368,7 @@ void state_machine::invalidate_session(std::string const& id, invalidation_cause
     if (it == sessions_.end()) return;
     session_entry s = std::move(it->second);
     sessions_.erase(it);
+    touched_session(id);
     if (auto d = session_deadline_.find(id); d != session_deadline_.end()) {
         session_timers_.erase({d->second, id});
         session_deadline_.erase(d);
@@ -467,6 +469,7 @@ bool state_machine::kv_store(kv_entry e, bool update_session, std::uint64_t idx)
     if (existing) it->second = std::move(e);
     else kvs_.emplace(key, std::move(e));
     kvs_index_ = idx;
+    touched_key(key);
     notify_key(key);
     return true;
 }
@@ -487,6 +490,7 @@ bool state_machine::kv_remove(std::string_view key, std::uint64_t idx) {
     tombstones_[k] = tombstone{idx};
     tombstones_index_ = idx;
     kvs_index_ = idx;
+    touched_key(k);
     notify_key(k);
     return true;
 }
@@ -770,6 +774,7 @@ void state_machine::set_check_status(health_check& check, std::string_view statu
         std::uint64_t idx = next_index();
         check.modify_index = idx;
         checks_index_ = idx;
+        touched_check(check.node, check.check_id);
         notify_table(watch_target::kind::checks);
     }
     // A critical check invalidates every session bound to it (catalog.go ensureCheckTxn).
@@ -800,6 +805,7 @@ result<bool> state_machine::agent_check_register(health_check check, time_point 
     std::string status = check.status;
     std::string output = check.output;
     auto& stored = node_map[check.check_id] = std::move(check);
+    touched_check(stored.node, stored.check_id);
     reset_check_timer(stored, now);
     notify_table(watch_target::kind::checks);
     if (status == check_critical)
@@ -840,6 +846,7 @@ result<bool> state_machine::catalog_register(node_entry node, std::vector<health
     nodes_index_ = idx;
     std::string name = node.node;
     nodes_[name] = std::move(node);
+    touched_node(name);
     notify_table(watch_target::kind::nodes);
 
     for (auto& c : checks) {
@@ -853,6 +860,7 @@ result<bool> state_machine::catalog_register(node_entry node, std::vector<health
             checks_index_ = idx;
             std::string status = c.status;
             auto& stored = node_map[c.check_id] = std::move(c);
+            touched_check(name, stored.check_id);
             notify_table(watch_target::kind::checks);
             if (status == check_critical)
                 invalidate_sessions_bound_to(name, stored.check_id, invalidation_cause::check_critical, now);
@@ -861,6 +869,7 @@ result<bool> state_machine::catalog_register(node_entry node, std::vector<health
             cit->second.notes = c.notes;
             cit->second.service_id = c.service_id;
             cit->second.service_name = c.service_name;
+            touched_check(name, cit->first);
             set_check_status(cit->second, c.status, std::move(c.output), now);
         }
     }
@@ -876,6 +885,7 @@ result<bool> state_machine::catalog_deregister(std::string_view node, std::optio
         if (cit == nit->second.end()) return true;
         if (cit->second.ttl_deadline) check_timers_.erase({*cit->second.ttl_deadline, cit->second.node, *check_id});
         nit->second.erase(cit);
+        touched_check(node, *check_id);
         std::uint64_t idx = next_index();
         checks_index_ = idx;
         notify_table(watch_target::kind::checks);
@@ -891,11 +901,14 @@ result<bool> state_machine::catalog_deregister(std::string_view node, std::optio
         if (s.node == name) doomed.push_back(id);
     for (auto const& id : doomed) invalidate_session(id, invalidation_cause::node_deregistered, now);
     if (auto nit = checks_.find(name); nit != checks_.end()) {
-        for (auto& [id, c] : nit->second)
+        for (auto& [id, c] : nit->second) {
             if (c.ttl_deadline) check_timers_.erase({*c.ttl_deadline, c.node, id});
+            touched_check(name, id);
+        }
         checks_.erase(nit);
     }
     nodes_.erase(name);
+    touched_node(name);
     std::uint64_t idx = next_index();
     nodes_index_ = idx;
     checks_index_ = idx;

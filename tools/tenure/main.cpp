@@ -8,6 +8,7 @@
 //
 // Flags follow Consul's (Go's) style: `-flag value`, `-flag=value` and
 // `--flag` are all accepted. Subcommands are rows of `commands` below.
+#include "agent_flags.hpp"
 #include "cli.hpp"
 
 #include <tenure/agent.hpp>
@@ -59,9 +60,9 @@ void agent_help(std::ostream& os);
 
 constexpr command commands[] = {
     {"agent", "[options]", "Runs the embedded Consul-compatible agent", run_agent, agent_help},
-    {"leader", "[-watch] [options] <key>", "Prints the holder of a lock key, or each change with -watch",
+    {"leader", "[-watch] [options] <key>", "Prints the holder of a lock key (Consul or etcd), or each change",
      tenure::cli::run_leader, tenure::cli::leader_help},
-    {"lock", "[options] <prefix> <child...>", "Executes a command holding a lock (like consul lock)",
+    {"lock", "[options] <prefix> <child...>", "Executes a command holding a lock (Consul or etcd), like consul lock",
      tenure::cli::run_lock, tenure::cli::lock_help},
 };
 
@@ -77,7 +78,12 @@ void print_usage(std::ostream& os) {
     for (auto const& c : commands) os << "    " << std::left << std::setw(10) << c.name << c.synopsis << '\n';
     os << "\nUsage of each command:\n";
     for (auto const& c : commands) os << "    tenure " << c.name << ' ' << c.arguments << '\n';
-    os << "\nRun \"tenure help <command>\" or \"tenure <command> -help\" for the command's flags.\n";
+    os << "\nOptions:\n"
+          "    --help, -h     This text; with a command (tenure help <command>) that command's\n"
+          "    --version      Prints the version\n"
+          "\nRun \"tenure help <command>\" or \"tenure <command> -help\" for the command's flags and\n"
+          "their defaults. lock and leader talk to Consul (-http-addr, CONSUL_HTTP_ADDR) or to\n"
+          "etcd (-etcd-endpoints, ETCDCTL_ENDPOINTS).\n";
 }
 
 // Go's flag package takes `-flag` and `--flag` alike; Program_options wants
@@ -184,9 +190,18 @@ void agent_help(std::ostream& os) {
           "     Default: 10s\n\n"
           "  -max-connections=<n>\n"
           "     Open HTTP connections beyond this are closed at once. Default: 16384\n\n"
+          "  -data-dir=<path>\n"
+          "     Keep KV entries, sessions, checks and indexes in a write-ahead log\n"
+          "     with snapshots in this directory (created if missing); every write\n"
+          "     is on disk before it is acknowledged, and a restart recovers it.\n"
+          "     One agent per directory. Default: none (state is in memory only)\n\n"
           "  -log-level=<level>\n"
           "     trace, debug, info, warn or error (or off). Logs go to stderr.\n"
-          "     Default: info\n";
+          "     Default: info\n\n"
+          "  -log-json\n"
+          "     Write each log line as one JSON object (@timestamp, @level,\n"
+          "     @module, @message), as Consul's -log-json does.\n";
+    tenure::cli::agent_security_help(os);
 }
 
 int run_agent(std::vector<std::string> args) {
@@ -198,7 +213,10 @@ int run_agent(std::vector<std::string> args) {
         ("datacenter", po::value<std::string>()->default_value("dc1"), "")   //
         ("session-ttl-min", po::value<std::string>()->default_value("10s"), "")  //
         ("max-connections", po::value<std::string>()->default_value("16384"), "")  //
+        ("data-dir", po::value<std::string>(), "")                            //
+        ("log-json", po::bool_switch(), "")                                   //
         ("log-level", po::value<std::string>()->default_value("info"), "");
+    tenure::cli::add_agent_security_flags(desc);
     po::variables_map const vm = parse_flags(std::move(args), desc);
     if (vm.count("help")) {
         agent_help(std::cout);
@@ -235,8 +253,15 @@ int run_agent(std::vector<std::string> args) {
         if (!level) throw usage_error("invalid value for -log-level: \"" + text + "\" (trace, debug, info, warn, error)");
         opts.level = *level;
     }
+    if (vm.count("data-dir")) {
+        opts.data_dir = vm["data-dir"].as<std::string>();
+        if (opts.data_dir.empty()) throw usage_error("-data-dir must not be empty");
+    }
     opts.log_stream = &std::clog;
-    tenure::detail::logger const log{opts.level, opts.log_stream};
+    opts.log_json = vm["log-json"].as<bool>();
+    tenure::cli::apply_agent_security_flags(vm, opts);
+    tenure::detail::logger const log{opts.level, opts.log_stream,
+                                     opts.log_json ? tenure::log_format::json : tenure::log_format::text};
 
     std::signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(log, opts.max_connections);
@@ -263,6 +288,8 @@ int run_agent(std::vector<std::string> args) {
 
     agent->start();
     std::cout << "tenure agent listening on " << agent->http_address() << std::endl;
+    if (auto const https = agent->https_address(); !https.empty())
+        std::cout << "tenure agent listening on " << https << std::endl;
 
     ioc.run();
     log.info("agent", "shutdown complete");
@@ -274,6 +301,7 @@ int run_agent(std::vector<std::string> args) {
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
     if (args.empty()) {
+        std::cerr << "tenure: a command is required\n\n";
         print_usage(std::cerr);
         return 1;
     }
@@ -284,7 +312,7 @@ int main(int argc, char** argv) {
                 c->help(std::cout);
                 return 0;
             }
-            std::cerr << "tenure: unknown command \"" << args[1] << "\"\n\n";
+            std::cerr << "tenure: unknown command \"" << args[1] << "\"; the commands are listed below\n\n";
             print_usage(std::cerr);
             return 1;
         }
@@ -298,13 +326,14 @@ int main(int argc, char** argv) {
 
     command const* cmd = find_command(first);
     if (!cmd) {
-        std::cerr << "tenure: unknown command \"" << first << "\"\n\n";
+        std::cerr << "tenure: unknown command \"" << first << "\"; the commands are listed below\n\n";
         print_usage(std::cerr);
         return 1;
     }
     try {
         return cmd->run(std::vector<std::string>(args.begin() + 1, args.end()));
     } catch (usage_error const& e) {
+        // What was wrong first, then the usage to fix it with.
         std::cerr << "tenure " << cmd->name << ": " << e.what() << "\n\n";
         cmd->help(std::cerr);
         return 1;

@@ -49,12 +49,17 @@ constexpr std::optional<log_level> parse_log_level(std::string_view s) noexcept 
     return std::nullopt;
 }
 
+// text: hclog's line format above. json: one object per line, hclog's JSON
+// keys: {"@timestamp":"...","@level":"info","@module":"agent","@message":"..."}.
+enum class log_format { text, json };
+
 namespace detail {
 
 class logger {
 public:
     logger() = default;
-    logger(log_level level, std::ostream* os) noexcept : level_(level), os_(os) {}
+    logger(log_level level, std::ostream* os, log_format format = log_format::text) noexcept
+        : level_(level), os_(os), format_(format) {}
 
     log_level level() const noexcept { return level_; }
     bool enabled(log_level l) const noexcept {
@@ -64,6 +69,18 @@ public:
     // Writes one line if `l` is enabled. `name` is the subsystem ("agent", "agent.http").
     void write(log_level l, std::string_view name, std::string_view message) const {
         if (!enabled(l)) return;
+        if (format_ == log_format::json) {
+            std::string line = "{\"@timestamp\":\"" + timestamp() + "\",\"@level\":\"";
+            line += to_string(l);
+            line += "\",\"@module\":";
+            append_json_string(line, name);
+            line += ",\"@message\":";
+            append_json_string(line, message);
+            line += "}\n";
+            os_->write(line.data(), static_cast<std::streamsize>(line.size()));
+            os_->flush();
+            return;
+        }
         std::string line = timestamp();
         line += ' ';
         line += tag(l);
@@ -83,6 +100,28 @@ public:
     void error(std::string_view name, std::string_view m) const { write(log_level::error, name, m); }
 
 private:
+    static void append_json_string(std::string& out, std::string_view s) {
+        out += '"';
+        for (char c : s) {
+            auto const u = static_cast<unsigned char>(c);
+            if (c == '"' || c == '\\') {
+                out += '\\';
+                out += c;
+            } else if (c == '\n') {
+                out += "\\n";
+            } else if (c == '\t') {
+                out += "\\t";
+            } else if (u < 0x20) {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", u);
+                out += buf;
+            } else {
+                out += c;  // UTF-8 passes through
+            }
+        }
+        out += '"';
+    }
+
     static std::string_view tag(log_level l) noexcept {
         switch (l) {
         case log_level::trace: return "[TRACE]";
@@ -111,6 +150,7 @@ private:
 
     log_level level_ = log_level::info;
     std::ostream* os_ = nullptr;
+    log_format format_ = log_format::text;
 };
 
 }  // namespace detail

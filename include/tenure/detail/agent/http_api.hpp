@@ -8,6 +8,7 @@
 // or a clock, so the unit tests and the fuzzers drive it directly.
 #pragma once
 
+#include <tenure/detail/agent/limits.hpp>
 #include <tenure/detail/agent/state.hpp>
 
 #include <boost/beast/http/message.hpp>
@@ -42,6 +43,9 @@ struct api_outcome {
     std::optional<wait_request> wait;  // set: park until a target changes or the deadline
 };
 
+class acl_store;  // acl.hpp
+class agent_metrics;  // metrics.hpp
+
 class http_api {
 public:
     explicit http_api(state_machine& sm) : sm_(sm) {}
@@ -56,8 +60,18 @@ public:
     // Largest body any endpoint accepts (the parser's body limit).
     std::size_t max_body_size() const noexcept { return sm_.config().kv_max_value_size + 64 * 1024; }
 
+    // ACLs (acl.hpp; nullptr: none, the default) and abuse limits, checked
+    // before each request is handled. The store must outlive the API.
+    void set_acl(acl_store* acl) noexcept { acl_ = acl; }
+    void set_limits(api_limits const& limits) noexcept { limits_ = limits; }
+    // Serves /v1/agent/metrics from these (nullptr: 404). Must outlive the API.
+    void set_metrics(agent_metrics const* m) noexcept { metrics_ = m; }
+
 private:
     state_machine& sm_;
+    acl_store* acl_ = nullptr;
+    api_limits limits_;
+    agent_metrics const* metrics_ = nullptr;
 };
 
 }  // namespace tenure::detail::agent

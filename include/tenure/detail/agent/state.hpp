@@ -161,6 +161,17 @@ struct watch_target {
     std::string name;  // key or prefix; empty for the tables
 };
 
+// What the writes since the last take touched, for the write-ahead log
+// (persist.cpp). The log reads each entry's current value (or its absence),
+// so it records state deltas, not operations. Filled only while tracking.
+struct change_set {
+    std::set<std::string, std::less<>> keys;  // a KV entry or its tombstone
+    std::set<std::string, std::less<>> sessions;
+    std::set<std::pair<std::string, std::string>> checks;  // (node, check id)
+    std::set<std::string, std::less<>> nodes;
+    bool empty() const noexcept { return keys.empty() && sessions.empty() && checks.empty() && nodes.empty(); }
+};
+
 struct agent_config {
     std::string node_name = "tenure";
     std::string node_id;  // generated when empty
@@ -225,6 +236,8 @@ public:
     txn_outcome txn(std::vector<txn_kv_op> const& ops, time_point now);
 
     std::uint64_t kvs_index() const noexcept { return kvs_index_; }
+    // Live keys (for the agent's -max-kv-keys limit).
+    std::size_t kv_count() const noexcept { return kvs_.size(); }
 
     // ---- checks and nodes --------------------------------------------------
     // Registers (or replaces) a TTL check on the agent's own node.
@@ -264,6 +277,11 @@ public:
     // Called when an acquire is refused because of lock-delay.
     std::function<void(std::string_view key)> on_lock_delay_reject;
 
+    // ---- persistence --------------------------------------------------------
+    // While on, every mutation records what it touched in changes().
+    void track_changes(bool on) noexcept { tracking_ = on; }
+    change_set& changes() noexcept { return changes_; }
+
     // A random UUID (v4) from the machine's generator: session and node IDs.
     std::string generate_uuid();
     // Uniform in [0, bound): blocking-query jitter.
@@ -274,7 +292,21 @@ private:
         std::uint64_t index = 0;
     };
 
+    friend struct state_access;  // persist.cpp and metrics.cpp: restore, snapshot, counts
+
     std::uint64_t next_index() { return ++index_; }
+    void touched_key(std::string_view k) {
+        if (tracking_) changes_.keys.emplace(k);
+    }
+    void touched_session(std::string_view id) {
+        if (tracking_) changes_.sessions.emplace(id);
+    }
+    void touched_check(std::string_view node, std::string_view id) {
+        if (tracking_) changes_.checks.emplace(std::string(node), std::string(id));
+    }
+    void touched_node(std::string_view name) {
+        if (tracking_) changes_.nodes.emplace(name);
+    }
     void invalidate_session(std::string const& id, invalidation_cause cause, time_point now);
     void set_check_status(health_check& check, std::string_view status, std::string output, time_point now);
     void invalidate_sessions_bound_to(std::string_view node, std::string_view check_id, invalidation_cause cause,
@@ -324,6 +356,8 @@ private:
     std::map<std::string, node_entry, std::less<>> nodes_;
 
     std::shared_ptr<struct watch_hub> hub_;
+    bool tracking_ = false;
+    change_set changes_;
 };
 
 // RAII handle of a blocking-query registration.

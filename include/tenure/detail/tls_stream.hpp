@@ -1,0 +1,85 @@
+// Internal: a beast::tcp_stream, or TLS over one, behind one type, so that the
+// agent's connections and the client's pool read and write either with the
+// same code. Beast's HTTP algorithms take it as any stream; timeouts
+// (expires_after / expires_at) apply to the TCP layer in both cases.
+#pragma once
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <optional>
+#include <utility>
+
+namespace tenure::detail {
+
+class tls_stream {
+public:
+    using executor_type = boost::beast::tcp_stream::executor_type;
+
+    // `tls`: the context, or nullptr for plain TCP. The context must outlive the stream.
+    tls_stream(boost::asio::ip::tcp::socket s, boost::asio::ssl::context* tls) {
+        if (tls) tls_.emplace(std::move(s), *tls);
+        else plain_.emplace(std::move(s));
+    }
+    tls_stream(boost::asio::any_io_executor const& ex, boost::asio::ssl::context* tls) {
+        if (tls) tls_.emplace(ex, *tls);
+        else plain_.emplace(ex);
+    }
+
+    bool is_tls() const noexcept { return tls_.has_value(); }
+    boost::beast::tcp_stream& tcp() noexcept { return tls_ ? tls_->next_layer() : *plain_; }
+    boost::asio::ip::tcp::socket& socket() noexcept { return tcp().socket(); }
+    // The OpenSSL handle (only when is_tls()).
+    SSL* native_handle() noexcept { return tls_->native_handle(); }
+    executor_type get_executor() noexcept { return tcp().get_executor(); }
+    template <class Duration>
+    void expires_after(Duration d) {
+        tcp().expires_after(d);
+    }
+    template <class TimePoint>
+    void expires_at(TimePoint t) {
+        tcp().expires_at(t);
+    }
+    void expires_never() { tcp().expires_never(); }
+    void close() { tcp().close(); }
+
+    // The TLS handshake; only when is_tls().
+    template <class Token>
+    auto async_handshake(boost::asio::ssl::stream_base::handshake_type type, Token&& token) {
+        return tls_->async_handshake(type, std::forward<Token>(token));
+    }
+    template <class VerifyCallback>
+    void set_verify_callback(VerifyCallback cb) {
+        tls_->set_verify_callback(std::move(cb));
+    }
+
+    template <class MutableBuffers, class Token>
+    auto async_read_some(MutableBuffers const& buffers, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::beast::error_code, std::size_t)>(
+            [this](auto handler, MutableBuffers const& b) {
+                if (tls_) tls_->async_read_some(b, std::move(handler));
+                else plain_->async_read_some(b, std::move(handler));
+            },
+            token, buffers);
+    }
+
+    template <class ConstBuffers, class Token>
+    auto async_write_some(ConstBuffers const& buffers, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::beast::error_code, std::size_t)>(
+            [this](auto handler, ConstBuffers const& b) {
+                if (tls_) tls_->async_write_some(b, std::move(handler));
+                else plain_->async_write_some(b, std::move(handler));
+            },
+            token, buffers);
+    }
+
+private:
+    std::optional<boost::beast::tcp_stream> plain_;
+    std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls_;
+};
+
+}  // namespace tenure::detail

@@ -1,0 +1,126 @@
+// Limits against abuse of the embedded agent (include/tenure/detail/agent/limits.hpp).
+#include <tenure/detail/agent/limits.hpp>
+
+#include <boost/beast/http/field.hpp>
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace tenure::detail::agent {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+
+namespace {
+
+using response = http::response<http::string_body>;
+
+response text(http::status st, std::string body) {
+    response res{st, 11};
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.body() = std::move(body);
+    return res;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+json::value const* member(json::object const& o, std::string_view name) {
+    for (auto const& kv : o)
+        if (iequals(kv.key(), name)) return &kv.value();
+    return nullptr;
+}
+
+std::string quoted(std::string_view s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "\"";
+}
+
+response kv_full(std::size_t count, std::size_t limit, std::string_view key) {
+    return text(http::status::internal_server_error,
+                "KV store is full: " + std::to_string(count) + " keys (limit " + std::to_string(limit) +
+                    ", -max-kv-keys); key " + quoted(key) + " was not created");
+}
+
+}  // namespace
+
+std::optional<response> check_limits(api_limits const& limits, state_machine const& sm,
+                                     http::request<http::string_body> const& req) {
+    if (req.method() != http::verb::put) return std::nullopt;
+    auto parsed = boost::urls::parse_origin_form(req.target());
+    if (!parsed) return std::nullopt;  // the API answers 400
+    std::string const path = parsed->path();
+    std::string_view const p = path;
+
+    if (p == "/v1/session/create" && limits.max_sessions_per_node > 0) {
+        std::string node = sm.config().node_name;
+        boost::system::error_code ec;
+        if (!req.body().empty()) {
+            json::value v = json::parse(req.body(), ec);
+            if (!ec && v.is_object())
+                if (auto const* n = member(v.as_object(), "Node"); n && n->is_string()) node = n->as_string();
+        }
+        std::size_t const have = sm.session_list_node(node).size();
+        if (have >= limits.max_sessions_per_node)
+            return text(http::status::internal_server_error,
+                        "Too many sessions for node " + quoted(node) + ": " + std::to_string(have) + " (limit " +
+                            std::to_string(limits.max_sessions_per_node) +
+                            ", -max-sessions-per-node); destroy unused sessions first");
+        return std::nullopt;
+    }
+
+    if (limits.max_kv_keys == 0) return std::nullopt;
+    if (p.starts_with("/v1/kv/")) {
+        std::string_view const key = p.substr(7);
+        if (sm.kv_count() < limits.max_kv_keys) return std::nullopt;
+        if (parsed->params().contains("release") || key.empty() || sm.kv_get(key)) return std::nullopt;
+        return kv_full(sm.kv_count(), limits.max_kv_keys, key);
+    }
+    if (p == "/v1/txn") {
+        // The keys this transaction would create: refuse it whole if they do not fit.
+        boost::system::error_code ec;
+        json::value v = json::parse(req.body(), ec);
+        if (ec || !v.is_array()) return std::nullopt;  // the API answers 400
+        std::set<std::string, std::less<>> fresh;
+        for (auto const& item : v.as_array()) {
+            if (!item.is_object()) continue;
+            auto const* kv = member(item.as_object(), "KV");
+            if (!kv || !kv->is_object()) continue;
+            auto const* verb = member(kv->as_object(), "Verb");
+            auto const* key = member(kv->as_object(), "Key");
+            if (!verb || !verb->is_string() || !key || !key->is_string()) continue;
+            std::string_view const vb = verb->as_string();
+            if (vb != "set" && vb != "cas" && vb != "lock") continue;
+            if (!sm.kv_get(key->as_string())) fresh.emplace(key->as_string());
+        }
+        if (!fresh.empty() && sm.kv_count() + fresh.size() > limits.max_kv_keys)
+            return kv_full(sm.kv_count(), limits.max_kv_keys, *fresh.begin());
+    }
+    return std::nullopt;
+}
+
+response rate_limited() {
+    response res = text(http::status::too_many_requests, "rate limit exceeded, try again later");
+    res.set(http::field::retry_after, "1");
+    return res;
+}
+
+response too_many_blocking_queries(std::size_t limit) {
+    response res = text(http::status::too_many_requests,
+                        "too many blocking queries in flight (limit " + std::to_string(limit) +
+                            ", -max-blocking-queries), try again later");
+    res.set(http::field::retry_after, "1");
+    return res;
+}
+
+}  // namespace tenure::detail::agent
