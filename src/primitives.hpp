@@ -91,6 +91,13 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     // Campaigns for `key` until held (or one attempt when `once`); nullptr
     // when `once` and not acquired. The scope is registered and monitored.
     virtual asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) = 0;
+    // The same, with followers and the leader's monitor sharing one watch on
+    // `watch_prefix` (a prefix of `key`) where the backend can; by default
+    // the prefix is ignored.
+    virtual asio::awaitable<std::shared_ptr<scope_state>> acquire_shared(std::string key, std::string value, bool once,
+                                                                         std::string /*watch_prefix*/) {
+        return acquire(std::move(key), std::move(value), once);
+    }
     virtual asio::awaitable<std::optional<leader_info>> read_leader(std::string key) = 0;
     // Semaphore permits (src/consul/semaphore.cpp): campaigns for one of
     // `limit` slots under `prefix` until admitted (or one attempt when
@@ -136,11 +143,18 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     // else why not.
     virtual asio::awaitable<boost::system::error_code> check_held() = 0;
 
+    // True when the monitor should see the release through instead of being
+    // cancelled: cancelling an HTTP blocking query closes its keep-alive
+    // connection, while the release itself wakes the query at once.
+    virtual bool monitor_outlives_release() const noexcept { return false; }
+
     void start_monitor();
     void lose(boost::system::error_code why);
-    // Marks the scope released and stops the monitor; true when the caller
-    // should send the release to the server.
+    // Marks the scope released and stops the monitor (or lets it end with the
+    // release); true when the caller should send the release to the server.
     bool begin_release();
+    // send_release(), stopping the monitor if the release fails.
+    asio::awaitable<void> release_remote();
 };
 
 struct scope_access {

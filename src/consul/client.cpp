@@ -6,6 +6,9 @@
 #include <tenure/detail/wire.hpp>
 
 #include "transport.hpp"
+#include "client_access.hpp"
+
+#include <unordered_map>
 
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
@@ -324,6 +327,7 @@ struct parsed_address {
     std::uint16_t port = 80;
     std::string host_header;
     std::string normalized;  // http://host:port
+    bool tls = false;        // https://
 };
 
 [[noreturn]] void bad_address(std::string const& text, std::string_view why) {
@@ -338,16 +342,14 @@ parsed_address parse_address(std::string const& text) {
     if (!u) bad_address(text, u.error().message());
     std::string scheme(u->scheme());
     std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (scheme == "https")
-        throw boost::system::system_error(
-            make_error_code(boost::system::errc::protocol_not_supported),
-            "Consul address \"" + text + "\": https is not supported yet (TLS is planned); use an http:// address");
-    if (scheme != "http") bad_address(text, "only http:// addresses are supported");
+    if (scheme != "http" && scheme != "https") bad_address(text, "only http:// and https:// addresses are supported");
     if (u->has_userinfo()) bad_address(text, "user information is not supported");
     if (!u->path().empty() && u->path() != "/") bad_address(text, "a path is not supported");
     if (u->has_query() || u->has_fragment()) bad_address(text, "a query or fragment is not supported");
 
     parsed_address a;
+    a.tls = scheme == "https";
+    if (a.tls) a.port = 443;
     switch (u->host_type()) {
     case urls::host_type::ipv4: a.host = std::string(u->host_address()); break;
     case urls::host_type::ipv6: a.host = std::string(u->host_address()); break;
@@ -362,7 +364,7 @@ parsed_address parse_address(std::string const& text) {
     }
     std::string const host_part = u->host_type() == urls::host_type::ipv6 ? "[" + a.host + "]" : a.host;
     a.host_header = host_part + ":" + std::to_string(a.port);
-    a.normalized = "http://" + a.host_header;
+    a.normalized = (a.tls ? "https://" : "http://") + a.host_header;
     return a;
 }
 
@@ -389,6 +391,8 @@ struct client::impl {
     asio::any_io_executor ex;
     client_config config;
     std::shared_ptr<detail::transport> transport;
+    // Shared blocking queries per KV prefix (src/consul/watch_hub.cpp).
+    std::unordered_map<std::string, std::weak_ptr<void>> watch_hubs;
 
     steady_clock::time_point request_deadline() const { return steady_clock::now() + config.request_timeout; }
 
@@ -458,13 +462,24 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
     config.token = env_or(std::move(config.token), "CONSUL_HTTP_TOKEN");
     auto const addr = parse_address(config.address);
     config.address = addr.normalized;
+    std::shared_ptr<asio::ssl::context> tls;
+    if (addr.tls) {
+        config.ca_file = env_or(std::move(config.ca_file), "CONSUL_CACERT");
+        config.cert_file = env_or(std::move(config.cert_file), "CONSUL_CLIENT_CERT");
+        config.key_file = env_or(std::move(config.key_file), "CONSUL_CLIENT_KEY");
+        config.tls_server_name = env_or(std::move(config.tls_server_name), "CONSUL_TLS_SERVER_NAME");
+        tls = detail::make_client_tls_context(config);
+    }
     impl_->ex = ex;
     impl_->transport = detail::make_http_transport(
         ex, {.host = addr.host,
              .port = addr.port,
              .host_header = addr.host_header,
              .token = config.token,
-             .max_idle_connections = config.max_idle_connections});
+             .max_idle_connections = config.max_idle_connections,
+             .max_connections = config.max_connections,
+             .tls = std::move(tls),
+             .tls_server_name = config.tls_server_name});
     impl_->config = std::move(config);
 }
 
@@ -485,6 +500,8 @@ asio::any_io_executor client::get_executor() const noexcept { return impl_->ex; 
 client_config const& client::config() const noexcept { return impl_->config; }
 
 void client::close() { impl_->transport->close(); }
+
+std::size_t client::open_connections() const noexcept { return impl_->transport->open_connections(); }
 
 // ---- sessions ----
 
@@ -749,3 +766,9 @@ asio::awaitable<void> client::check_deregister(std::string id) {
 }
 
 }  // namespace tenure::consul
+
+namespace tenure::detail {
+std::unordered_map<std::string, std::weak_ptr<void>>& client_access::watch_hubs(consul::client& c) {
+    return c.impl_->watch_hubs;
+}
+}  // namespace tenure::detail

@@ -5,9 +5,13 @@
 // non-blocking check that the server has not closed it) or connects a new
 // one; the connection goes back to the pool only after a complete exchange
 // whose response allows keep-alive. Any error, timeout or cancellation closes
-// the connection. The whole exchange (resolve, connect, write, read) shares
+// the connection. With max_connections set, a request that finds every
+// connection busy waits for one to be given back or closed (first come, first
+// served) within its deadline. The whole exchange (resolve, connect, write, read) shares
 // one deadline, enforced by tcp_stream::expires_at.
 #include "transport.hpp"
+
+#include <tenure/detail/tls_stream.hpp>
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -16,6 +20,8 @@
 #include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -29,6 +35,8 @@
 #include <boost/beast/http/write.hpp>
 
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <unordered_set>
 #include <utility>
@@ -45,9 +53,25 @@ using tcp = asio::ip::tcp;
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::string_view user_agent = "tenure/0.1";
 
+// Counts open connections so that a capped pool knows when one closes.
+struct connection_count {
+    std::size_t open = 0;
+    std::function<void()> on_close;  // wakes the next waiter
+};
+
 struct connection {
-    explicit connection(asio::any_io_executor const& ex) : stream(ex) {}
-    beast::tcp_stream stream;
+    connection(asio::any_io_executor const& ex, std::shared_ptr<connection_count> n, asio::ssl::context* tls)
+        : stream(ex, tls), count(std::move(n)) {
+        ++count->open;
+    }
+    ~connection() {
+        --count->open;
+        if (count->on_close) count->on_close();
+    }
+    connection(connection const&) = delete;
+    connection& operator=(connection const&) = delete;
+    tenure::detail::tls_stream stream;  // TLS for https:// addresses
+    std::shared_ptr<connection_count> count;
     beast::flat_buffer buffer;
     bool aborted = false;  // close() closed it under a pending operation
 };
@@ -57,7 +81,8 @@ bool cancelled(asio::cancellation_state const& cs) { return cs.cancelled() != as
 // Errors a kept-alive connection shows when the server closed it while idle.
 bool stale_connection_error(beast::error_code const& ec) {
     return ec == beast::http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
-           ec == asio::error::broken_pipe || ec == asio::error::connection_aborted;
+           ec == asio::error::broken_pipe || ec == asio::error::connection_aborted ||
+           ec == asio::ssl::error::stream_truncated;  // TLS: closed without close_notify
 }
 
 // True when the server has already closed (or written unsolicited bytes to)
@@ -77,13 +102,18 @@ bool idle_connection_dead(connection& c) {
 
 class http_transport final : public transport, public std::enable_shared_from_this<http_transport> {
 public:
-    http_transport(asio::any_io_executor ex, http_transport_options opts) : ex_(std::move(ex)), opts_(std::move(opts)) {
+    http_transport(asio::any_io_executor ex, http_transport_options opts)
+        : ex_(std::move(ex)), opts_(std::move(opts)), count_(std::make_shared<connection_count>()) {
+        count_->on_close = [this] { wake_one(); };
         beast::error_code ec;
         auto const addr = asio::ip::make_address(opts_.host, ec);
         if (!ec) endpoints_.emplace_back(addr, opts_.port);
     }
 
-    ~http_transport() override { close(); }
+    ~http_transport() override {
+        count_->on_close = nullptr;
+        close();
+    }
 
     asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
                                         steady_clock::time_point deadline) override;
@@ -98,6 +128,7 @@ public:
     }
 
     std::size_t idle_connections() const noexcept override { return idle_.size(); }
+    std::size_t open_connections() const noexcept override { return count_->open; }
 
 private:
     // Registers a connection as in flight for the life of one attempt, so
@@ -125,9 +156,40 @@ private:
 
     void give_back(std::unique_ptr<connection> c, std::uint64_t generation) {
         if (generation != generation_ || c->aborted || c->buffer.size() != 0) return;
-        if (idle_.size() >= opts_.max_idle_connections) return;
+        if (idle_.size() >= std::max<std::size_t>(opts_.max_idle_connections, 1)) return;
         c->stream.expires_never();
         idle_.push_back(std::move(c));
+        wake_one();
+    }
+
+    bool at_limit() const noexcept { return opts_.max_connections != 0 && count_->open >= opts_.max_connections; }
+
+    // A connection came free (given back or closed): the longest waiter retries.
+    void wake_one() {
+        while (!waiters_.empty()) {
+            auto w = waiters_.front().lock();
+            waiters_.pop_front();
+            if (w) {
+                w->cancel();
+                return;
+            }
+        }
+    }
+
+    // Waits for an idle connection or room for a new one, within `deadline`.
+    asio::awaitable<std::unique_ptr<connection>> obtain(steady_clock::time_point deadline, std::string const& what) {
+        for (;;) {
+            if (auto c = take_idle()) co_return c;
+            if (!at_limit()) co_return nullptr;  // the caller connects a new one
+            auto timer = std::make_shared<asio::steady_timer>(ex_, deadline);
+            waiters_.push_back(timer);
+            auto [ec] = co_await timer->async_wait(tuple_awaitable);
+            if (!ec) throw api_error(asio::error::timed_out, 0, what + ": no free connection (max_connections)");
+            if (cancelled(co_await asio::this_coro::cancellation_state)) {
+                wake_one();  // pass on a wake-up we may have consumed
+                throw_aborted(what);
+            }
+        }
     }
 
     std::string describe(http::verb method, std::string_view target) const {
@@ -152,6 +214,8 @@ private:
     std::vector<tcp::endpoint> endpoints_;  // resolved once, then cached
     std::vector<std::unique_ptr<connection>> idle_;  // most recently used last
     std::unordered_set<connection*> active_;
+    std::shared_ptr<connection_count> count_;
+    std::deque<std::weak_ptr<asio::steady_timer>> waiters_;  // requests waiting for a connection
     std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
 };
 
@@ -201,17 +265,33 @@ asio::awaitable<http_response> http_transport::send(http::verb method, std::stri
     for (int attempt = 0;; ++attempt) {
         std::uint64_t const generation = generation_;
         // The retry always uses a fresh connection.
-        std::unique_ptr<connection> c = attempt == 0 ? take_idle() : nullptr;
+        // (Two statements: g++ 12 mishandles a co_await inside ?: .)
+        std::unique_ptr<connection> c;
+        if (attempt == 0) {
+            auto pooled = co_await obtain(deadline, what);
+            c = std::move(pooled);
+        }
         bool const reused = c != nullptr;
         if (!c) {
             auto eps = co_await resolve(deadline, what);
-            c = std::make_unique<connection>(ex_);
+            c = std::make_unique<connection>(ex_, count_, opts_.tls.get());
             active_guard guard{*this, *c};
             c->stream.expires_at(deadline);
-            auto [ec, ep] = co_await c->stream.async_connect(eps, tuple_awaitable);
+            auto [ec, ep] = co_await c->stream.tcp().async_connect(eps, tuple_awaitable);
             if (ec) fail(ec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state), what);
             beast::error_code ig;
             c->stream.socket().set_option(tcp::no_delay(true), ig);
+            if (c->stream.is_tls()) {
+                // The server's certificate must name the host (or tls_server_name).
+                std::string const& name = opts_.tls_server_name.empty() ? opts_.host : opts_.tls_server_name;
+                asio::ip::make_address(name, ig);
+                if (ig) SSL_set_tlsext_host_name(c->stream.native_handle(), name.c_str());  // SNI: names only
+                c->stream.set_verify_callback(asio::ssl::host_name_verification(name));
+                auto [hec] = co_await c->stream.async_handshake(asio::ssl::stream_base::client, tuple_awaitable);
+                if (hec)
+                    fail(hec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state),
+                         what + " (TLS handshake)");
+            }
         }
         active_guard guard{*this, *c};
         c->stream.expires_at(deadline);
@@ -251,6 +331,35 @@ asio::awaitable<http_response> http_transport::send(http::verb method, std::stri
 }
 
 }  // namespace
+
+std::shared_ptr<asio::ssl::context> make_client_tls_context(client_config const& config) {
+    namespace ssl = asio::ssl;
+    auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
+    ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    ctx->set_verify_mode(ssl::verify_peer);
+    beast::error_code ec;
+    auto fail = [&](char const* field, std::string const& file) {
+        throw boost::system::system_error(ec, std::string("Consul TLS: cannot load ") + field + " \"" + file + "\"");
+    };
+    if (!config.ca_file.empty()) {
+        ctx->load_verify_file(config.ca_file, ec);
+        if (ec) fail("ca_file", config.ca_file);
+    } else {
+        ctx->set_default_verify_paths(ec);
+        if (ec) fail("the system's CAs", "");
+    }
+    if (config.cert_file.empty() != config.key_file.empty())
+        throw boost::system::system_error(make_error_code(boost::system::errc::invalid_argument),
+                                          "Consul TLS: a client certificate needs both cert_file and key_file");
+    if (!config.cert_file.empty()) {
+        ctx->use_certificate_chain_file(config.cert_file, ec);
+        if (ec) fail("cert_file", config.cert_file);
+        ctx->use_private_key_file(config.key_file, ssl::context::pem, ec);
+        if (ec) fail("key_file", config.key_file);
+    }
+    return ctx;
+}
 
 std::shared_ptr<transport> make_http_transport(asio::any_io_executor ex, http_transport_options opts) {
     return std::make_shared<http_transport>(std::move(ex), std::move(opts));

@@ -3,6 +3,9 @@
 // value, consistent blocking queries for followers and the leader's monitor.
 #include "lock.hpp"
 
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 #include <boost/asio/this_coro.hpp>
 
 #include <cstdio>
@@ -47,17 +50,58 @@ asio::awaitable<boost::system::error_code> consul_lock_scope::check_held() {
     co_return boost::system::error_code{};
 }
 
-// Watches the key with consistent blocking queries; loss when the key is gone
-// or held by another session. Errors are retried: the session's local
-// deadline, not the monitor, decides when an unreachable server means loss.
+namespace {
+
+// The key as one read saw it.
+struct key_view {
+    std::optional<consul::kv_pair> pair;
+    std::uint64_t index = 0;  // X-Consul-Index of the read
+};
+
+// A consistent read of `key`: through the hub when there is one (answered
+// once the key differs from `known` in a snapshot at least as new as
+// `min_index`), else a blocking query on the key itself (`min_index` 0: now).
+asio::awaitable<key_view> read_key(consul::client& client, kv_watch_hub* hub, std::string const& key,
+                                   std::uint64_t min_index, std::optional<kv_watch_hub::known_state> known) {
+    if (hub) {
+        auto s = co_await hub->changed(key, min_index, known);
+        co_return key_view{std::move(s.pair), s.index};
+    }
+    auto r = co_await client.kv_get(key, consistent_read(min_index));
+    co_return key_view{std::move(r.value), r.meta.index};
+}
+
+std::optional<kv_watch_hub::known_state> known_of(std::optional<consul::kv_pair> const& p) {
+    if (!p) return kv_watch_hub::known_state{false, 0};
+    return kv_watch_hub::known_state{true, p->modify_index};
+}
+
+enum class lock_outcome { acquired, held, lock_delay, failed };
+
+lock_outcome classify(consul::txn_result const& r) {
+    if (r.committed) return lock_outcome::acquired;
+    for (auto const& e : r.errors) {
+        if (e.what.find("lock delay") != std::string::npos) return lock_outcome::lock_delay;
+        if (e.what.find("already held") != std::string::npos) return lock_outcome::held;
+    }
+    return lock_outcome::failed;
+}
+
+}  // namespace
+
+// Watches the key (its own blocking queries, or the prefix's hub); loss when
+// the key is gone or held by another session. Errors are retried: the
+// session's local deadline, not the monitor, decides when an unreachable
+// server means loss.
 asio::awaitable<void> consul_lock_scope::monitor() {
     auto self = shared_from_this();
     std::uint64_t index = modify_index;
+    std::optional<kv_watch_hub::known_state> known = kv_watch_hub::known_state{true, modify_index};
     clock::duration retry = 20ms;
     while (status == scope_status::held) {
-        std::optional<consul::read_result<std::optional<consul::kv_pair>>> r;
+        std::optional<key_view> r;
         try {
-            r = co_await client.kv_get(key, consistent_read(index));
+            r = co_await read_key(client, hub.get(), key, index, known);
             retry = 20ms;
         } catch (system_error const& e) {
             if (status != scope_status::held || is_abort(e)) co_return;
@@ -67,7 +111,7 @@ asio::awaitable<void> consul_lock_scope::monitor() {
             co_await pause_and_grow(retry);  // throws operation_aborted when the monitor is stopped
             continue;
         }
-        auto const& pair = r->value;
+        auto const& pair = r->pair;
         if (!pair) {
             lose(make_error_code(error::key_deleted));
             co_return;
@@ -87,26 +131,39 @@ asio::awaitable<void> consul_lock_scope::monitor() {
             lose(why);
             co_return;
         }
-        index = consul::next_wait_index(index, r->meta.index);
+        known = known_of(pair);
+        index = hub ? r->index : consul::next_wait_index(index, r->index);
     }
 }
 
 // The candidate loop (api.Lock's algorithm, minus its 5 s poll): block while
 // someone holds the key, race when it clears, and on a refusal of a free key
-// (lock-delay) retry when the previous holder's LockDelay ends.
-asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::string key, std::string value, bool once) {
+// (lock-delay) retry when the previous holder's LockDelay ends. The acquire
+// is a one-op transaction so that its answer carries the new LockIndex (the
+// fencing token) and says why a refusal happened, with no second read.
+asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
+                                                                            bool once,
+                                                                            std::shared_ptr<kv_watch_hub> hub) {
     auto self = std::static_pointer_cast<consul_session>(shared_from_this());
     std::uint64_t index = 0;
+    std::optional<kv_watch_hub::known_state> known;  // nullopt: any state answers
     acquire_backoff backoff;
     std::string last_holder;
     clock::duration holder_delay = options.lock_delay;
     clock::duration error_retry = 20ms;
 
+    consul::txn_op lock_op;
+    lock_op.verb = "lock";
+    lock_op.key = key;
+    lock_op.value = value;
+    lock_op.flags = consul::lock_flag_value;
+    lock_op.session = id;
+
     for (;;) {
-        std::optional<consul::read_result<std::optional<consul::kv_pair>>> r;
+        std::optional<key_view> r;
         bool transient = false;
         try {
-            r = co_await client.kv_get(key, consistent_read(index));
+            r = co_await read_key(client, hub.get(), key, index, known);
         } catch (system_error const& ex) {
             if (is_abort(ex)) throw;
             transient = true;
@@ -114,10 +171,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::strin
         if (transient) {
             co_await pause_and_grow(error_retry);
             index = 0;
+            known.reset();
             continue;
         }
         error_retry = 20ms;
-        auto const& pair = r->value;
+        auto const& pair = r->pair;
         if (pair && pair->flags != consul::lock_flag_value) throw system_error(make_error_code(error::lock_conflict));
 
         if (pair && !pair->session.empty() && pair->session != id) {
@@ -125,16 +183,25 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::strin
             if (pair->session != last_holder) {
                 last_holder = pair->session;
                 holder_delay = options.lock_delay;
-                try {
-                    auto info = co_await client.session_info_get(last_holder);
-                    if (info.value) holder_delay = info.value->lock_delay;
-                } catch (system_error const& ex) {
-                    if (is_abort(ex)) throw;
+                if (auto known_delay = holder_delays.find(last_holder); known_delay != holder_delays.end()) {
+                    holder_delay = known_delay->second;
+                } else {
+                    try {
+                        auto info = co_await client.session_info_get(last_holder);
+                        if (info.value) {
+                            holder_delay = info.value->lock_delay;
+                            if (holder_delays.size() >= 4096) holder_delays.clear();
+                            holder_delays.emplace(last_holder, holder_delay);
+                        }
+                    } catch (system_error const& ex) {
+                        if (is_abort(ex)) throw;
+                    }
                 }
             }
             backoff.held();
             if (once) co_return nullptr;
-            index = consul::next_wait_index(index, r->meta.index);
+            index = hub ? r->index : consul::next_wait_index(index, r->index);
+            known = known_of(pair);
             continue;
         }
         if (!last_holder.empty()) {
@@ -143,42 +210,53 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::strin
             last_holder.clear();
         }
 
-        bool ok = false;
+        std::optional<consul::txn_result> t;
         try {
-            ok = co_await client.kv_acquire(key, id, value, consul::lock_flag_value);
+            std::vector<consul::txn_op> ops{lock_op};
+            t = co_await client.txn(std::move(ops));
         } catch (system_error const& ex) {
             if (is_abort(ex)) throw;
-            transient = true;
         }
-        if (transient) {
-            co_await pause_and_grow(error_retry);
-            index = 0;
-            continue;
-        }
-        if (ok) {
-            // Read back the LockIndex: the fencing token of this term.
-            auto held = co_await client.kv_get(key, consistent_read());
-            if (!held.value || held.value->session != id) {
-                index = 0;  // taken away at once (force release): campaign again
-                continue;
-            }
-            auto st = std::make_shared<consul_lock_scope>(self, key, value, client);
-            st->token = held.value->lock_index;
-            st->modify_index = held.value->modify_index;
+        auto const outcome = t ? classify(*t) : lock_outcome::failed;
+        if (outcome == lock_outcome::acquired && !t->results.empty() && t->results.front().session == id) {
+            auto const& held = t->results.front();
+            auto st = std::make_shared<consul_lock_scope>(self, key, value, client, hub);
+            st->token = held.lock_index;
+            st->modify_index = held.modify_index;
             adopt(st);
             co_return st;
         }
-        if (once) co_return nullptr;
-
-        // Refused. Held again (we lost the race) or a lock-delay on a free key?
-        auto again = co_await client.kv_get(key, consistent_read());
-        if (again.value && !again.value->session.empty()) {
-            index = 0;  // the next pass sees the holder and blocks on it
+        if (outcome == lock_outcome::held) {
+            if (once) co_return nullptr;
+            // Lost the race: wait until the snapshot shows the winner.
+            index = hub ? r->index : 0;
+            known = hub ? known_of(pair) : std::nullopt;
             continue;
         }
-        co_await sleep_until(backoff.refused(clock::now(), options.lock_delay));
+        if (outcome == lock_outcome::lock_delay) {
+            if (once) co_return nullptr;
+            co_await sleep_until(backoff.refused(clock::now(), options.lock_delay));
+            index = 0;
+            known.reset();
+            continue;
+        }
+        // Transport error, an odd answer, or a session the server no longer
+        // knows (the session's own loss ends this loop then).
+        co_await pause_and_grow(error_retry);
         index = 0;
+        known.reset();
     }
+}
+
+asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::string key, std::string value, bool once) {
+    return acquire_with(std::move(key), std::move(value), once, nullptr);
+}
+
+asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_shared(std::string key, std::string value,
+                                                                              bool once, std::string watch_prefix) {
+    if (watch_prefix.empty() || !key.starts_with(watch_prefix))
+        return acquire_with(std::move(key), std::move(value), once, nullptr);
+    return acquire_with(std::move(key), std::move(value), once, kv_watch_hub::get(client, watch_prefix));
 }
 
 asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::client& client, session_options options) {

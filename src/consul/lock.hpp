@@ -3,6 +3,9 @@
 #pragma once
 
 #include "../primitives.hpp"
+#include "watch_hub.hpp"
+
+#include <unordered_map>
 
 namespace tenure::detail {
 
@@ -13,11 +16,17 @@ consul::read_options consistent_read(std::uint64_t index = 0,
 struct consul_session;
 
 struct consul_lock_scope final : scope_state {
-    consul_lock_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, consul::client& c)
-        : scope_state(std::move(s), std::move(k), std::move(v)), client(c) {}
+    consul_lock_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, consul::client& c,
+                      std::shared_ptr<kv_watch_hub> h = nullptr)
+        : scope_state(std::move(s), std::move(k), std::move(v)), client(c), hub(std::move(h)) {}
 
     consul::client& client;
+    std::shared_ptr<kv_watch_hub> hub;  // the prefix's shared query, or null: own blocking queries
     std::uint64_t modify_index = 0;
+
+    // The release wakes the monitor's own blocking query; a hub waiter costs
+    // nothing to cancel.
+    bool monitor_outlives_release() const noexcept override { return !hub; }
 
     asio::awaitable<void> monitor() override;
     asio::awaitable<void> send_release() override;
@@ -30,6 +39,9 @@ struct consul_session final : session_impl {
 
     consul::client& client;
     std::string check_id;  // application health check, if any
+    // LockDelay of the sessions seen holding keys (a session's LockDelay never
+    // changes): 10 000 followers of one holder ask once, not 10 000 times.
+    std::unordered_map<std::string, clock::duration> holder_delays;
 
     asio::awaitable<bool> renew_once() override {
         auto renewed = co_await client.session_renew(id);
@@ -61,6 +73,10 @@ struct consul_session final : session_impl {
     }
 
     asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
+    asio::awaitable<std::shared_ptr<scope_state>> acquire_shared(std::string key, std::string value, bool once,
+                                                                 std::string watch_prefix) override;
+    asio::awaitable<std::shared_ptr<scope_state>> acquire_with(std::string key, std::string value, bool once,
+                                                               std::shared_ptr<kv_watch_hub> hub);
 
     // Consul's semaphore protocol (src/consul/semaphore.cpp).
     asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,

@@ -11,6 +11,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/verb.hpp>
 
@@ -49,6 +50,8 @@ public:
 
     // Idle keep-alive connections (0 for transports without any); for tests.
     virtual std::size_t idle_connections() const noexcept { return 0; }
+    // Connections open now, idle or in flight (0 for transports without any).
+    virtual std::size_t open_connections() const noexcept { return 0; }
 };
 
 struct http_transport_options {
@@ -57,7 +60,19 @@ struct http_transport_options {
     std::string host_header;  // "host:port" as sent in Host
     std::string token;
     std::size_t max_idle_connections = 16;
+    // Connections open at once (idle + in flight); 0: no limit. At the limit a
+    // request waits (within its deadline) for a connection to come free.
+    std::size_t max_connections = 0;
+    // https://: the client's TLS context (make_client_tls_context), and the
+    // name the server's certificate must carry (and SNI); empty: host.
+    std::shared_ptr<boost::asio::ssl::context> tls;
+    std::string tls_server_name;
 };
+
+// A TLS client context from the client_config's ca_file, cert_file and
+// key_file: TLS 1.2 or later, the server verified against ca_file (else the
+// system's CAs). Throws boost::system::system_error naming the file.
+std::shared_ptr<boost::asio::ssl::context> make_client_tls_context(client_config const& config);
 
 std::shared_ptr<transport> make_http_transport(boost::asio::any_io_executor ex, http_transport_options opts);
 std::shared_ptr<transport> make_inprocess_transport(boost::asio::any_io_executor ex, tenure::agent& agent,

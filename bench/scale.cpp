@@ -1,0 +1,310 @@
+// scale: N elections in one process, on one thread, against `tenure agent`
+// over loopback HTTP, with one session per candidate and one shared watch per
+// prefix (election_options::shared_watch).
+//
+// Two candidates per election, A and B, each one session (TTL 10 s, LockDelay
+// 0) on one tenure::consul::client capped at --max-connections (16):
+//   1. A campaigns for all N keys "scale/e<i>"        -> time until all led
+//   2. B campaigns for the same N keys; its N followers wait on the hub
+//   3. mass release: every A scope released at once   -> time until B leads all
+// and reports: RSS of the bench process per election (A's scopes + B's
+// followers), connections (the client's high-water mark and the agent's
+// ESTABLISHED sockets) and CPU of the bench and of the agent per phase.
+// Renewals cost one request per session per TTL/2, whatever N.
+//
+//   ./build/bench/scale                 # N = 1000 and 10000
+//   ./build/bench/scale --n 10000 --max-connections 16
+#include <tenure/consul/client.hpp>
+#include <tenure/election.hpp>
+
+#include "../src/consul/watch_hub.hpp"  // to see when every follower is parked
+
+#define BOOST_PROCESS_V2_HEADER_ONLY 1
+#include <boost/asio.hpp>
+#include <boost/process/v2.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <csignal>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#ifndef TENURE_BINARY
+#define TENURE_BINARY "tenure"
+#endif
+
+namespace {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+using steady = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// The agent child dies with the bench.
+struct die_with_parent {
+    template <class Launcher>
+    bp::error_code on_exec_setup(Launcher&, bp::filesystem::path const&, char const* const*&) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        return {};
+    }
+};
+
+long rss_kib(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+
+// User + system CPU seconds of a process.
+double cpu_seconds(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(s.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; in >> field; ++i) {
+        if (i == 14) utime = std::stod(field);
+        if (i == 15) {
+            stime = std::stod(field);
+            break;
+        }
+    }
+    return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// ESTABLISHED TCP connections whose local port is `port` (the agent's side).
+int established_on(unsigned port) {
+    int n = 0;
+    for (char const* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        std::ifstream f(file);
+        std::string line;
+        std::getline(f, line);
+        while (std::getline(f, line)) {
+            std::istringstream in(line);
+            std::string sl, local, remote, st;
+            in >> sl >> local >> remote >> st;
+            auto colon = local.rfind(':');
+            if (colon == std::string::npos) continue;
+            if (std::stoul(local.substr(colon + 1), nullptr, 16) == port && st == "01") ++n;
+        }
+    }
+    return n;
+}
+
+struct phase {
+    double wall_ms = 0, bench_cpu_s = 0, agent_cpu_s = 0;
+};
+
+struct result {
+    int n = 0;
+    phase lead, follow, relead;
+    long rss_before_kib = 0, rss_after_kib = 0, agent_rss_kib = 0;
+    std::size_t max_client_connections = 0;
+    int max_agent_connections = 0;
+};
+
+asio::awaitable<void> yield_ms(int n) {
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds{n});
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, int n, std::size_t max_conn,
+                              result& out) {
+    auto ex = co_await asio::this_coro::executor;
+    tenure::consul::client_config cc;
+    cc.address = url;
+    cc.max_connections = max_conn;
+    cc.request_timeout = 60s;
+    tenure::consul::client client(ex, cc);
+    out.n = n;
+    pid_t const self = ::getpid();
+
+    auto sample = [&] {
+        out.max_client_connections = std::max(out.max_client_connections, client.open_connections());
+        out.max_agent_connections = std::max(out.max_agent_connections, established_on(port));
+    };
+    // Samples the connection counts every 5 ms while a phase runs.
+    bool sampling = true;
+    asio::co_spawn(
+        ex,
+        [&]() -> asio::awaitable<void> {
+            while (sampling) {
+                sample();
+                co_await yield_ms(5);
+            }
+        },
+        asio::detached);
+
+    tenure::session_options so;
+    so.ttl = 10s;
+    so.lock_delay = 0ms;
+    so.name = "scale-a";
+    auto sa = co_await tenure::session::create(client, so);
+    so.name = "scale-b";
+    auto sb = co_await tenure::session::create(client, so);
+
+    tenure::election_options eo;
+    eo.shared_watch = "scale/n" + std::to_string(n) + "/";
+    std::vector<std::string> keys;
+    for (int i = 0; i < n; ++i) keys.push_back(eo.shared_watch + "e" + std::to_string(i));
+
+    out.rss_before_kib = rss_kib(self);
+    auto measure = [&](phase& p, auto start_wall, double start_cpu, double start_agent) {
+        p.wall_ms = ms(steady::now() - start_wall);
+        p.bench_cpu_s = cpu_seconds(self) - start_cpu;
+        p.agent_cpu_s = cpu_seconds(agent_pid) - start_agent;
+    };
+
+    // 1. A campaigns for every key at once.
+    std::vector<std::unique_ptr<tenure::election>> ea, eb;
+    std::vector<tenure::leadership_scope> la(n), lb(n);
+    int a_led = 0, b_led = 0;
+    {
+        auto t0 = steady::now();
+        double c0 = cpu_seconds(self), g0 = cpu_seconds(agent_pid);
+        for (int i = 0; i < n; ++i) {
+            ea.push_back(std::make_unique<tenure::election>(sa, keys[i], "a", eo));
+            asio::co_spawn(
+                ex,
+                [&, i]() -> asio::awaitable<void> {
+                    la[i] = co_await ea[i]->acquire();
+                    ++a_led;
+                },
+                asio::detached);
+        }
+        while (a_led < n) co_await yield_ms(1);
+        measure(out.lead, t0, c0, g0);
+        std::fprintf(stderr, "  n=%d: A leads all in %.1f ms\n", n, out.lead.wall_ms);
+    }
+
+    // 2. B's followers park on the hub.
+    {
+        auto t0 = steady::now();
+        double c0 = cpu_seconds(self), g0 = cpu_seconds(agent_pid);
+        for (int i = 0; i < n; ++i) {
+            eb.push_back(std::make_unique<tenure::election>(sb, keys[i], "b", eo));
+            asio::co_spawn(
+                ex,
+                [&, i]() -> asio::awaitable<void> {
+                    lb[i] = co_await eb[i]->acquire();
+                    ++b_led;
+                },
+                asio::detached);
+        }
+        // Parked: A's N monitors and B's N followers all wait on the hub.
+        auto hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
+        while (hub->waiters() < static_cast<std::size_t>(2 * n)) co_await yield_ms(1);
+        measure(out.follow, t0, c0, g0);
+        out.rss_after_kib = rss_kib(self);
+        out.agent_rss_kib = rss_kib(agent_pid);
+        std::fprintf(stderr, "  n=%d: B's followers parked in %.1f ms, bench RSS %ld -> %ld KiB\n", n,
+                     out.follow.wall_ms, out.rss_before_kib, out.rss_after_kib);
+        if (b_led != 0) std::fprintf(stderr, "  warning: %d B candidates led before the release\n", b_led);
+    }
+
+    // 3. Mass release: every A scope at once; B re-leads all.
+    {
+        auto t0 = steady::now();
+        double c0 = cpu_seconds(self), g0 = cpu_seconds(agent_pid);
+        for (int i = 0; i < n; ++i)
+            asio::co_spawn(ex, la[i].release(asio::use_awaitable), asio::detached);
+        while (b_led < n) co_await yield_ms(1);
+        measure(out.relead, t0, c0, g0);
+        std::fprintf(stderr, "  n=%d: B re-leads all %.1f ms after the mass release\n", n, out.relead.wall_ms);
+    }
+    int held = 0;
+    for (auto& s : lb) held += s.held() ? 1 : 0;
+    if (held != n) std::fprintf(stderr, "  warning: %d of %d B scopes held at the end\n", held, n);
+
+    sampling = false;
+    sample();
+    la.clear();
+    lb.clear();
+    co_await sa.close();
+    co_await sb.close();
+    ea.clear();
+    eb.clear();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int> ns{1000, 10000};
+    std::size_t max_conn = 16;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--n" && i + 1 < argc) ns = {std::stoi(argv[++i])};
+        else if (a == "--max-connections" && i + 1 < argc) max_conn = std::stoul(argv[++i]);
+        else {
+            std::fprintf(stderr, "usage: scale [--n N] [--max-connections C]\n");
+            return a == "--help" || a == "-h" ? 0 : 2;
+        }
+    }
+
+    asio::io_context io;
+    asio::readable_pipe out(io);
+    std::vector<std::string> args{"agent", "-http-addr", "127.0.0.1:0", "-log-level", "warn"};
+    bp::process agent(io, TENURE_BINARY, args, bp::process_stdio{{}, out, {}}, die_with_parent{});
+    std::string line;
+    asio::read_until(out, asio::dynamic_buffer(line), '\n');
+    std::string url = line.substr(line.rfind(' ') + 1);
+    url.erase(url.find_last_not_of("\r\n") + 1);
+    unsigned port = static_cast<unsigned>(std::stoul(url.substr(url.rfind(':') + 1)));
+
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::printf("scale: elections on one thread, one client (max_connections %zu), shared watch per prefix\n",
+                max_conn);
+    std::printf("machine: %ld cores, agent %s (pid %d)\n", ::sysconf(_SC_NPROCESSORS_ONLN), url.c_str(),
+                static_cast<int>(agent.id()));
+
+    std::vector<result> results;
+    for (int n : ns) {
+        result r;
+        std::exception_ptr error;
+        asio::co_spawn(io, run_one(url, port, static_cast<pid_t>(agent.id()), n, max_conn, r),
+                       [&](std::exception_ptr e) { error = e; });
+        io.restart();
+        io.run_for(10min);
+        if (error) {
+            try {
+                std::rethrow_exception(error);
+            } catch (std::exception const& e) {
+                std::fprintf(stderr, "scale: n=%d failed: %s\n", n, e.what());
+                return 1;
+            }
+        }
+        results.push_back(r);
+    }
+    ::kill(static_cast<pid_t>(agent.id()), SIGTERM);
+    boost::system::error_code ec;
+    agent.wait(ec);
+
+    std::printf("\n%8s | %12s %9s %9s | %12s | %12s %9s %9s | %10s %11s | %8s %8s\n", "N", "all led ms",
+                "cpu s", "agent s", "followers ms", "re-led ms", "cpu s", "agent s", "RSS/elec", "agent RSS",
+                "conn max", "agent");
+    for (auto const& r : results) {
+        double per = r.n ? double(r.rss_after_kib - r.rss_before_kib) * 1024.0 / r.n : 0;
+        std::printf("%8d | %12.1f %9.2f %9.2f | %12.1f | %12.1f %9.2f %9.2f | %8.0f B %8ld KiB | %8zu %8d\n", r.n,
+                    r.lead.wall_ms, r.lead.bench_cpu_s, r.lead.agent_cpu_s, r.follow.wall_ms, r.relead.wall_ms,
+                    r.relead.bench_cpu_s, r.relead.agent_cpu_s, per, r.agent_rss_kib, r.max_client_connections,
+                    r.max_agent_connections);
+    }
+    std::printf("\nRSS/elec: growth of the bench's RSS from before A campaigns to B's followers parked, divided by N\n"
+                "(one leader scope + one parked follower per election, plus the hub's snapshot of the prefix).\n");
+    return 0;
+}

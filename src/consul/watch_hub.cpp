@@ -1,0 +1,227 @@
+// The shared blocking query of a KV prefix (see watch_hub.hpp).
+#include "watch_hub.hpp"
+
+#include "client_access.hpp"
+
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+
+namespace tenure::detail {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+// How long the shared query may park on the server. Long: it is one query
+// for the whole prefix.
+constexpr auto hub_wait = std::chrono::minutes{5};
+}  // namespace
+
+kv_watch_hub::kv_watch_hub(consul::client& client, std::string prefix) : client_(client), prefix_(std::move(prefix)) {}
+
+kv_watch_hub::~kv_watch_hub() {
+    if (stop_) stop_->emit(asio::cancellation_type::terminal);
+}
+
+std::shared_ptr<kv_watch_hub> kv_watch_hub::get(consul::client& client, std::string const& prefix) {
+    auto& hubs = client_access::watch_hubs(client);
+    if (auto it = hubs.find(prefix); it != hubs.end()) {
+        if (auto h = it->second.lock()) return std::static_pointer_cast<kv_watch_hub>(h);
+    }
+    // Forget hubs nobody uses any more before adding one.
+    std::erase_if(hubs, [](auto const& e) { return e.second.expired(); });
+    auto h = std::make_shared<kv_watch_hub>(client, prefix);
+    hubs[prefix] = h;
+    return h;
+}
+
+std::optional<kv_watch_hub::key_state> kv_watch_hub::current(std::string const& key) const {
+    if (!have_snapshot_) return std::nullopt;
+    key_state s;
+    s.index = index_;
+    if (auto it = keys_.find(key); it != keys_.end()) s.pair = it->second;
+    return s;
+}
+
+bool kv_watch_hub::answers(waiter const& w) const {
+    if (!have_snapshot_ || index_ < w.min_index) return false;
+    if (!w.known) return true;
+    auto it = keys_.find(w.key);
+    bool const exists = it != keys_.end();
+    if (exists != w.known->exists) return true;
+    return exists && it->second.modify_index != w.known->modify_index;
+}
+
+void kv_watch_hub::deliver(waiter& w) {
+    w.answer = current(w.key);
+    if (w.wake) w.wake->cancel();
+}
+
+asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, std::uint64_t min_index,
+                                                                std::optional<known_state> known) {
+    auto self = shared_from_this();
+    if (auto s = current(key); s) {
+        waiter probe{key, min_index, known, std::nullopt, nullptr};
+        if (answers(probe)) co_return *s;
+    }
+    auto& list = waiting_[key];
+    auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr});
+    ++waiter_count_;
+    // Unregister however this coroutine ends (answered, cancelled, destroyed).
+    struct unregister {
+        kv_watch_hub* hub;
+        waiter_list::iterator it;
+        ~unregister() {
+            auto m = hub->waiting_.find(it->key);
+            m->second.erase(it);
+            if (m->second.empty()) hub->waiting_.erase(m);
+            --hub->waiter_count_;
+        }
+    } guard{this, it};
+
+    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::steady_clock::time_point::max());
+    it->wake = &timer;
+    ensure_running();
+    while (!it->answer) {
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (it->answer) break;
+        if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+            throw boost::system::system_error(asio::error::operation_aborted);
+        timer.expires_at(std::chrono::steady_clock::time_point::max());
+    }
+    co_return *it->answer;
+}
+
+void kv_watch_hub::ensure_running() {
+    if (running_) return;
+    running_ = true;
+    stop_ = std::make_shared<asio::cancellation_signal>();
+    asio::co_spawn(client_.get_executor(), run(weak_from_this(), stop_),
+                   asio::bind_cancellation_slot(stop_->slot(), asio::detached));
+}
+
+void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index) {
+    std::unordered_map<std::string, consul::kv_pair> next;
+    next.reserve(pairs.size());
+    for (auto& p : pairs) {
+        std::string k = p.key;
+        next.emplace(std::move(k), std::move(p));
+    }
+    bool const first = !have_snapshot_;
+    keys_.swap(next);  // `next` now holds the previous snapshot
+    index_ = index;
+    have_snapshot_ = true;
+    ++snapshots_;
+
+    // Wake the waiters this snapshot answers. After the first snapshot only
+    // keys whose state moved, plus waiters still short of their min_index
+    // (they were never evaluated against a late-enough snapshot), can be.
+    auto visit = [&](waiter_list& list) {
+        for (auto& w : list)
+            if (!w.answer && answers(w)) deliver(w);
+    };
+    for (auto& [key, list] : waiting_) {
+        if (first) {
+            visit(list);
+            continue;
+        }
+        bool moved = false;
+        auto const now = keys_.find(key);
+        auto const before = next.find(key);
+        if ((now == keys_.end()) != (before == next.end())) moved = true;
+        else if (now != keys_.end() && now->second.modify_index != before->second.modify_index) moved = true;
+        if (moved) {
+            visit(list);
+            continue;
+        }
+        for (auto& w : list)
+            if (!w.answer && w.min_index > 0 && answers(w)) deliver(w);
+    }
+}
+
+// The shared query. Runs while anyone waits; a failed read is retried with a
+// growing pause (the waiters' sessions, not the hub, decide what an
+// unreachable server means). It touches the hub only between awaits, after
+// checking that it still exists.
+asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
+                                        std::shared_ptr<asio::cancellation_signal> stop) {
+    (void)stop;  // kept alive while the query may still use its slot
+    auto retry = std::chrono::milliseconds{20};
+    for (;;) {
+        consul::client* client = nullptr;
+        std::string prefix;
+        consul::read_options ro;
+        {
+            auto hub = weak.lock();
+            if (!hub) co_return;
+            if (hub->waiter_count_ == 0) {
+                // Nobody waits: stop, and drop the snapshot, which goes stale
+                // without a live query.
+                hub->running_ = false;
+                hub->have_snapshot_ = false;
+                hub->keys_.clear();
+                hub->query_index_ = 0;
+                co_return;
+            }
+            client = &hub->client_;
+            prefix = hub->prefix_;
+            ro.mode = consul::consistency::consistent;
+            if (hub->query_index_ != 0) {
+                ro.index = hub->query_index_;
+                ro.wait = hub_wait;
+            }
+        }
+        std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
+        try {
+            r = co_await client->kv_list(prefix, ro);
+        } catch (boost::system::system_error const& e) {
+            if (e.code() == asio::error::operation_aborted) {
+                // The hub was dropped, or the client closed.
+                if (auto hub = weak.lock()) {
+                    hub->running_ = false;
+                    hub->have_snapshot_ = false;
+                    hub->keys_.clear();
+                    hub->query_index_ = 0;
+                }
+                co_return;
+            }
+        }
+        auto hub = weak.lock();
+        if (!hub) co_return;
+        if (!r) {
+            hub->query_index_ = 0;
+            hub.reset();
+            asio::steady_timer pause(co_await asio::this_coro::executor, retry);
+            co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+            retry = std::min<std::chrono::milliseconds>(retry * 2, std::chrono::seconds{1});
+            continue;
+        }
+        retry = std::chrono::milliseconds{20};
+        hub->query_index_ = consul::next_wait_index(hub->query_index_, r->meta.index);
+        auto const applied_from = std::chrono::steady_clock::now();
+        hub->apply(std::move(r->value), r->meta.index);
+        // A big prefix that changes all the time (10 000 elections taking
+        // their keys) would otherwise be fetched and parsed back to back, on
+        // the thread the elections share. Pausing for twice the work the last
+        // snapshot took keeps the hub under about a third of the thread; for a
+        // small prefix the pause is microseconds.
+        auto const cost = std::chrono::steady_clock::now() - applied_from;
+        if (cost > std::chrono::microseconds{200}) {
+            hub.reset();
+            asio::steady_timer pause(co_await asio::this_coro::executor, std::min<std::chrono::steady_clock::duration>(2 * cost, std::chrono::milliseconds{100}));
+            co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+        }
+    }
+}
+
+}  // namespace tenure::detail

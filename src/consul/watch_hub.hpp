@@ -1,0 +1,102 @@
+// One blocking query per KV prefix, fanned out to many waiters (internal).
+//
+// 10 000 elections under one prefix would otherwise park 10 000 blocking
+// queries (one connection each). A hub keeps the latest snapshot of the
+// prefix (GET /v1/kv/<prefix>?recurse&consistent) and one blocking query on
+// it; each follower or leader monitor waits for *its* key to differ from what
+// it last knew. Waking is per key: a change to another key under the prefix
+// costs a map lookup, not a wake-up.
+//
+// Index rule: a waiter that knows its key at ModifyIndex M (from its own
+// acquire, say) is only answered from a snapshot whose X-Consul-Index is
+// >= M, so a snapshot taken before its write can never be mistaken for a
+// change (X-Consul-Index of a prefix read is at least the ModifyIndex of every
+// key it returns, and every write up to it is included).
+#pragma once
+
+#include <tenure/consul/client.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace tenure::detail {
+
+class kv_watch_hub : public std::enable_shared_from_this<kv_watch_hub> {
+public:
+    // The state of one key as of a snapshot.
+    struct key_state {
+        std::optional<consul::kv_pair> pair;  // nullopt: the key does not exist
+        std::uint64_t index = 0;              // X-Consul-Index of the snapshot
+    };
+
+    kv_watch_hub(consul::client& client, std::string prefix);
+    ~kv_watch_hub();
+
+    std::string const& prefix() const noexcept { return prefix_; }
+
+    // Waits for a snapshot with index >= `min_index` in which `key` differs
+    // from `known` (by existence and ModifyIndex; `known` == nullopt means
+    // "don't know": any snapshot answers). Throws operation_aborted when the
+    // awaiting coroutine is cancelled. `key` must start with prefix().
+    struct known_state {
+        bool exists = false;
+        std::uint64_t modify_index = 0;
+    };
+    boost::asio::awaitable<key_state> changed(std::string key, std::uint64_t min_index,
+                                              std::optional<known_state> known);
+
+    // The hub's latest snapshot of `key` (nullopt before the first one).
+    std::optional<key_state> current(std::string const& key) const;
+
+    // For tests and benchmarks.
+    std::size_t waiters() const noexcept { return waiter_count_; }
+    std::uint64_t snapshots() const noexcept { return snapshots_; }
+    std::uint64_t index() const noexcept { return index_; }
+
+    // The hub of `client` for `prefix`, created on first use and shared by
+    // every election of that client on that prefix while any holds it.
+    static std::shared_ptr<kv_watch_hub> get(consul::client& client, std::string const& prefix);
+
+private:
+    struct waiter {
+        std::string key;
+        std::uint64_t min_index = 0;
+        std::optional<known_state> known;
+        std::optional<key_state> answer;
+        boost::asio::steady_timer* wake = nullptr;
+    };
+    using waiter_list = std::list<waiter>;
+
+    bool answers(waiter const& w) const;
+    void deliver(waiter& w);
+    void ensure_running();
+    // The shared query's loop. It holds the hub only weakly: when the last
+    // election lets go of the hub, ~kv_watch_hub cancels the parked query.
+    static boost::asio::awaitable<void> run(std::weak_ptr<kv_watch_hub> weak,
+                                            std::shared_ptr<boost::asio::cancellation_signal> stop);
+    void apply(std::vector<consul::kv_pair> pairs, std::uint64_t index);
+
+    consul::client& client_;
+    std::string prefix_;
+    bool have_snapshot_ = false;
+    std::uint64_t index_ = 0;
+    std::unordered_map<std::string, consul::kv_pair> keys_;
+    // Waiters by key; each list node stays put while its coroutine waits.
+    std::unordered_map<std::string, waiter_list> waiting_;
+    std::size_t waiter_count_ = 0;
+    std::uint64_t snapshots_ = 0;
+    bool running_ = false;
+    std::uint64_t query_index_ = 0;
+    std::shared_ptr<boost::asio::cancellation_signal> stop_;  // cancels the loop's query
+};
+
+}  // namespace tenure::detail

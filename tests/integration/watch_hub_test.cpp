@@ -1,0 +1,349 @@
+// The shared watch per prefix (src/consul/watch_hub.cpp) and elections that
+// use it (election_options::shared_watch), against the real `tenure agent`
+// binary over HTTP: fan-out to many waiters, the index rule (a snapshot older
+// than what a waiter knows never answers it), waiters joining and leaving,
+// leader monitors on the hub, and a capped connection pool.
+#include "agent_process.hpp"
+
+#include "../../src/consul/watch_hub.hpp"
+
+#include <tenure/consul/client.hpp>
+#include <tenure/election.hpp>
+
+#include <boost/asio.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <functional>
+#include <iostream>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+namespace consul = tenure::consul;
+using tenure::detail::kv_watch_hub;
+
+namespace {
+
+struct hub_fixture {
+    tenure::itest::agent_process agent{[] {
+        tenure::itest::agent_options o;
+        o.session_ttl_min = "100ms";
+        return o;
+    }()};
+    asio::io_context io;
+
+    std::unique_ptr<consul::client> make_client(std::size_t max_connections = 0) {
+        consul::client_config c;
+        c.address = "http://127.0.0.1:" + std::to_string(agent.port());
+        c.request_timeout = 5000ms;
+        c.max_connections = max_connections;
+        return std::make_unique<consul::client>(io.get_executor(), c);
+    }
+
+    void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 60s) {
+        bool done = false;
+        std::exception_ptr error;
+        asio::co_spawn(io, body(), [&](std::exception_ptr e) {
+            done = true;
+            error = e;
+            io.stop();
+        });
+        io.run_for(limit);
+        BOOST_REQUIRE_MESSAGE(done, "the test body did not finish in time");
+        if (error) std::rethrow_exception(error);
+    }
+};
+
+tenure::session_options opts(std::string name) {
+    tenure::session_options o;
+    o.name = std::move(name);
+    o.ttl = 10s;
+    o.lock_delay = 0ms;
+    return o;
+}
+
+// Yields to the io_context until `pred` holds (bounded by the test's limit).
+// UNTIL(cond) names the predicate first: g++ 12 destroys a lambda converted to
+// std::function inside a co_await expression twice.
+#define UNTIL(cond)                                  \
+    do {                                             \
+        std::function<bool()> until_pred_ = [&] { return (cond); }; \
+        co_await until(until_pred_);                 \
+    } while (0)
+
+asio::awaitable<void> until(std::function<bool()> const& pred) {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    while (!pred()) {
+        t.expires_after(1ms);
+        co_await t.async_wait(asio::use_awaitable);
+    }
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(watch_hub, hub_fixture)
+
+// One change wakes exactly the waiters of the changed key, however many wait.
+BOOST_AUTO_TEST_CASE(fan_out_wakes_only_the_changed_keys_waiters) {
+    run([&]() -> asio::awaitable<void> {
+        auto c = make_client();
+        for (int i = 0; i < 20; ++i) co_await c->kv_put("fan/k" + std::to_string(i), std::string("v0"));
+        auto hub = kv_watch_hub::get(*c, "fan/");
+        BOOST_CHECK(kv_watch_hub::get(*c, "fan/") == hub);  // one hub per prefix and client
+
+        // The first answer comes from the first snapshot.
+        auto first = co_await hub->changed("fan/k0", 0, std::nullopt);
+        BOOST_REQUIRE(first.pair);
+        BOOST_CHECK_EQUAL(first.pair->value.value_or(""), "v0");
+
+        // 5 waiters on each of k0..k3 (20 in all), each knowing the current state.
+        int woken[4] = {0, 0, 0, 0};
+        std::uint64_t woken_index[4] = {0, 0, 0, 0};
+        for (int k = 0; k < 4; ++k) {
+            auto s = *hub->current("fan/k" + std::to_string(k));
+            for (int n = 0; n < 5; ++n) {
+                auto key = "fan/k" + std::to_string(k);
+                auto known = kv_watch_hub::known_state{true, s.pair->modify_index};
+                asio::co_spawn(
+                    io,
+                    [&, hub, key, known, k, idx = s.index]() -> asio::awaitable<void> {
+                        auto r = co_await hub->changed(key, idx, known);
+                        ++woken[k];
+                        woken_index[k] = r.pair ? r.pair->modify_index : 0;
+                    },
+                    asio::detached);
+            }
+        }
+        UNTIL(hub->waiters() == 20);
+
+        // A change to an unwatched key: a new snapshot, nobody woken.
+        auto const snaps = hub->snapshots();
+        co_await c->kv_put("fan/k10", std::string("v1"));
+        UNTIL(hub->snapshots() > snaps);
+        BOOST_CHECK_EQUAL(woken[0] + woken[1] + woken[2] + woken[3], 0);
+        BOOST_CHECK_EQUAL(hub->waiters(), 20u);
+
+        // k1 changes: its five waiters wake with the new state, the others wait.
+        co_await c->kv_put("fan/k1", std::string("v1"));
+        UNTIL(woken[1] == 5);
+        auto now = co_await c->kv_get("fan/k1");
+        BOOST_CHECK_EQUAL(woken_index[1], now.value->modify_index);
+        BOOST_CHECK_EQUAL(woken[0] + woken[2] + woken[3], 0);
+        BOOST_CHECK_EQUAL(hub->waiters(), 15u);
+
+        // k2 deleted: its waiters wake with "absent".
+        co_await c->kv_delete("fan/k2");
+        UNTIL(woken[2] == 5);
+        BOOST_CHECK_EQUAL(woken_index[2], 0u);
+        BOOST_CHECK_EQUAL(woken[0] + woken[3], 0);
+
+        // One blocking query served them all: the client never needed more
+        // than the hub's connection and one for the writes.
+        BOOST_CHECK_LE(c->open_connections(), 3u);
+        co_await c->kv_put("fan/k0", std::string("v2"));
+        co_await c->kv_put("fan/k3", std::string("v2"));
+        UNTIL(woken[0] == 5 && woken[3] == 5);
+        BOOST_CHECK_EQUAL(hub->waiters(), 0u);
+    });
+}
+
+// A waiter that knows a newer state than the hub's snapshot (it just wrote
+// the key itself) is never answered by the older snapshot.
+BOOST_AUTO_TEST_CASE(index_rule_no_answer_from_an_older_snapshot) {
+    run([&]() -> asio::awaitable<void> {
+        auto c = make_client();
+        co_await c->kv_put("idx/a", std::string("1"));
+        auto hub = kv_watch_hub::get(*c, "idx/");
+        auto s1 = co_await hub->changed("idx/a", 0, std::nullopt);
+        BOOST_REQUIRE(s1.pair);
+        BOOST_CHECK_GE(s1.index, s1.pair->modify_index);
+
+        // Keep the hub's query parked with a waiter on another key.
+        bool other_woken = false;
+        asio::co_spawn(
+            io,
+            [&, hub]() -> asio::awaitable<void> {
+                auto const absent = kv_watch_hub::known_state{false, 0};
+                co_await hub->changed("idx/other", 0, absent);
+                other_woken = true;
+            },
+            asio::detached);
+        UNTIL(hub->waiters() == 1);
+
+        // Write the key, then wait knowing that write: the hub's snapshot at
+        // s1.index shows the older ModifyIndex, which differs from what we
+        // know; it must not answer (its index is below ours).
+        co_await c->kv_put("idx/a", std::string("2"));
+        auto mine = co_await c->kv_get("idx/a");
+        auto const m2 = mine.value->modify_index;
+        BOOST_REQUIRE_GT(m2, s1.index);
+        std::optional<kv_watch_hub::key_state> answer;
+        asio::co_spawn(
+            io,
+            [&, hub]() -> asio::awaitable<void> {
+                auto const known_m2 = kv_watch_hub::known_state{true, m2};
+                answer = co_await hub->changed("idx/a", m2, known_m2);
+            },
+            asio::detached);
+        // The hub catches up to m2 (our own write woke its query) and still
+        // does not answer: the state equals what we know.
+        UNTIL(hub->index() >= m2);
+        UNTIL(hub->waiters() == 2);
+        BOOST_CHECK(!answer);
+
+        // The next write answers, with a snapshot at least as new as it.
+        co_await c->kv_put("idx/a", std::string("3"));
+        UNTIL(answer.has_value());
+        BOOST_REQUIRE(answer->pair);
+        BOOST_CHECK_EQUAL(answer->pair->value.value_or(""), "3");
+        BOOST_CHECK_GT(answer->pair->modify_index, m2);
+        BOOST_CHECK_GE(answer->index, answer->pair->modify_index);
+        BOOST_CHECK(!other_woken);
+
+        // A key created under the prefix answers a waiter that knew it absent.
+        co_await c->kv_put("idx/other", std::string("x"));
+        UNTIL(other_woken);
+    });
+}
+
+// Waiters come and go: a cancelled waiter leaves the hub at once, the hub's
+// query ends when nobody waits, and a later waiter starts it again with a
+// fresh snapshot (never the stale one).
+BOOST_AUTO_TEST_CASE(waiters_join_and_leave) {
+    run([&]() -> asio::awaitable<void> {
+        auto c = make_client();
+        co_await c->kv_put("jl/a", std::string("1"));
+        auto hub = kv_watch_hub::get(*c, "jl/");
+        auto s = co_await hub->changed("jl/a", 0, std::nullopt);
+        auto known = kv_watch_hub::known_state{true, s.pair->modify_index};
+
+        asio::cancellation_signal stop;
+        bool ended = false;
+        asio::co_spawn(
+            io, [&, hub]() -> asio::awaitable<void> { co_await hub->changed("jl/a", s.index, known); },
+            asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr e) {
+                ended = true;
+                BOOST_CHECK(e != nullptr);  // operation_aborted
+            }));
+        UNTIL(hub->waiters() == 1);
+        stop.emit(asio::cancellation_type::terminal);
+        UNTIL(ended);
+        BOOST_CHECK_EQUAL(hub->waiters(), 0u);
+
+        // Nobody waits: the next change ends the hub's query and drops the
+        // snapshot; the change after that must still be seen by a newcomer.
+        auto const snaps = hub->snapshots();
+        co_await c->kv_put("jl/a", std::string("2"));
+        UNTIL(hub->snapshots() > snaps || !hub->current("jl/a"));
+        UNTIL(!hub->current("jl/a"));
+        co_await c->kv_put("jl/a", std::string("3"));
+        auto fresh = co_await hub->changed("jl/a", 0, std::nullopt);
+        BOOST_REQUIRE(fresh.pair);
+        BOOST_CHECK_EQUAL(fresh.pair->value.value_or(""), "3");
+
+        // The hub is shared while in use and forgotten afterwards.
+        std::weak_ptr<kv_watch_hub> weak = hub;
+        hub.reset();
+        UNTIL(weak.expired());
+        BOOST_CHECK(kv_watch_hub::get(*c, "jl/") != nullptr);
+    });
+}
+
+// Elections on a shared watch: 30 keys, two candidates each. A takes all,
+// B's 30 followers share one query; A's releases hand every key to B, and
+// forced changes reach the leaders' monitors through the hub.
+BOOST_AUTO_TEST_CASE(elections_share_one_query_per_prefix) {
+    run([&]() -> asio::awaitable<void> {
+        // Four connections per client: if followers or monitors held a
+        // blocking query each, the 30 of them would starve the pool.
+        auto ca = make_client(4);
+        auto cb = make_client(4);
+        auto sa = co_await tenure::session::create(*ca, opts("a"));
+        auto sb = co_await tenure::session::create(*cb, opts("b"));
+        constexpr int n = 30;
+        tenure::election_options eo;
+        eo.shared_watch = "many/";
+        std::vector<tenure::leadership_scope> a_scopes(n), b_scopes(n);
+        for (int i = 0; i < n; ++i) {
+            tenure::election e(sa, "many/job" + std::to_string(i), "a", eo);
+            a_scopes[i] = co_await e.acquire();
+            BOOST_REQUIRE(a_scopes[i].held());
+        }
+        int b_led = 0;
+        std::vector<std::unique_ptr<tenure::election>> b_elections;
+        for (int i = 0; i < n; ++i) {
+            b_elections.push_back(std::make_unique<tenure::election>(sb, "many/job" + std::to_string(i), "b", eo));
+            asio::co_spawn(
+                io,
+                [&, i]() -> asio::awaitable<void> {
+                    b_scopes[i] = co_await b_elections[i]->acquire();
+                    ++b_led;
+                },
+                asio::detached);
+        }
+        // B's followers and A's monitors: one hub each, one query each.
+        auto hub_b = kv_watch_hub::get(*cb, "many/");
+        UNTIL(hub_b->waiters() == n);
+        BOOST_CHECK_EQUAL(b_led, 0);
+
+        // Half released cleanly: exactly those move to B, with larger tokens.
+        for (int i = 0; i < n / 2; ++i) co_await a_scopes[i].release();
+        UNTIL(b_led == n / 2);
+        for (int i = 0; i < n / 2; ++i) {
+            BOOST_CHECK(b_scopes[i].held());
+            BOOST_CHECK_GT(b_scopes[i].token(), a_scopes[i].token());
+        }
+        for (int i = n / 2; i < n; ++i) BOOST_CHECK(a_scopes[i].held());
+
+        // A force release of one of A's keys by someone else: A's monitor
+        // (a hub waiter) reports the loss, B takes the key.
+        auto const victim = n - 1;
+        auto const key = "many/job" + std::to_string(victim);
+        co_await ca->kv_release(key, sa.id(), std::string("a"), consul::lock_flag_value);  // as a foreign tool would
+        UNTIL(a_scopes[victim].lost());
+        BOOST_CHECK(a_scopes[victim].loss_reason() == make_error_code(tenure::error::released_by_other));
+        UNTIL(b_led == n / 2 + 1);
+
+        // The rest go when A's session closes.
+        co_await sa.close();
+        UNTIL(b_led == n);
+        co_await sb.close();
+    });
+}
+
+// A capped pool: 200 elections on one client with max_connections 4 all lead,
+// and the pool never opens a fifth connection.
+BOOST_AUTO_TEST_CASE(capped_pool_serves_many_elections) {
+    run([&]() -> asio::awaitable<void> {
+        auto c = make_client(4);
+        auto s = co_await tenure::session::create(*c, opts("capped"));
+        constexpr int n = 200;
+        tenure::election_options eo;
+        eo.shared_watch = "capped/";
+        std::vector<std::unique_ptr<tenure::election>> elections;
+        std::vector<tenure::leadership_scope> scopes(n);
+        int led = 0;
+        std::size_t most = 0;
+        for (int i = 0; i < n; ++i) {
+            elections.push_back(std::make_unique<tenure::election>(s, "capped/e" + std::to_string(i), "x", eo));
+            asio::co_spawn(
+                io,
+                [&, i]() -> asio::awaitable<void> {
+                    scopes[i] = co_await elections[i]->acquire();
+                    ++led;
+                },
+                asio::detached);
+        }
+        std::function<bool()> all_led = [&] {
+            most = std::max(most, c->open_connections());
+            return led == n;
+        };
+        co_await until(all_led);
+        std::cout << "capped pool: " << n << " elections led, at most " << most << " connections open\n";
+        BOOST_CHECK_LE(most, 4u);
+        for (auto& sc : scopes) BOOST_CHECK(sc.held());
+        co_await s.close();
+    });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
