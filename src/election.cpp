@@ -1,4 +1,5 @@
 #include "primitives.hpp"
+#include "etcd/election.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -21,6 +22,13 @@ void scope_state::lose(boost::system::error_code why) {
     if (status != scope_status::held) return;
     status = scope_status::lost;
     reason = why;
+    leadership_event e;
+    e.kind = leadership_event_kind::lost;
+    e.session_id = session->id;
+    e.key = key;
+    e.token = token;
+    e.reason = why;
+    emit_event(session->options.on_event, std::move(e));
     lost_event.set();
     monitor_cancel.emit(asio::cancellation_type::terminal);
 }
@@ -32,10 +40,26 @@ bool scope_state::begin_release() {
                 (status == scope_status::lost && reason == make_error_code(error::lease_expired_locally));
     if (status == scope_status::held) {
         status = scope_status::released;
+        leadership_event e;
+        e.kind = leadership_event_kind::released;
+        e.session_id = session->id;
+        e.key = key;
+        e.token = token;
+        emit_event(session->options.on_event, std::move(e));
         lost_event.set();
-        monitor_cancel.emit(asio::cancellation_type::terminal);
+        if (!monitor_outlives_release()) monitor_cancel.emit(asio::cancellation_type::terminal);
     }
     return send;
+}
+
+asio::awaitable<void> scope_state::release_remote() {
+    auto self = shared_from_this();
+    try {
+        co_await send_release();
+    } catch (...) {
+        monitor_cancel.emit(asio::cancellation_type::terminal);
+        throw;
+    }
 }
 
 void scope_state::start_monitor() {
@@ -63,7 +87,7 @@ leadership_scope::~leadership_scope() {
         s->session->executor,
         [s]() -> asio::awaitable<void> {
             try {
-                co_await s->send_release();
+                co_await s->release_remote();
             } catch (boost::system::system_error const&) {
             }
         },
@@ -106,7 +130,7 @@ asio::awaitable<void> leadership_scope::wait_lost_impl(std::shared_ptr<detail::s
 
 asio::awaitable<void> leadership_scope::release_impl(std::shared_ptr<detail::scope_state> s) {
     if (!s || !s->begin_release()) co_return;
-    co_await s->send_release();
+    co_await s->release_remote();
 }
 
 asio::awaitable<bool> leadership_scope::confirm_impl(std::shared_ptr<detail::scope_state> s) {
@@ -123,16 +147,23 @@ asio::awaitable<bool> leadership_scope::confirm_impl(std::shared_ptr<detail::sco
 // ---- election ----------------------------------------------------------------------
 
 election::election(session& s, std::string key, std::string value)
-    : session_(&s), key_(std::move(key)), value_(std::move(value)) {
+    : election(s, std::move(key), std::move(value), election_options{}) {}
+
+election::election(session& s, std::string key, std::string value, election_options options)
+    : session_(&s), key_(std::move(key)), value_(std::move(value)), options_(std::move(options)) {
     if (!s.valid()) throw std::invalid_argument("tenure::election needs a created session");
     if (key_.empty()) throw std::invalid_argument("tenure::election needs a key");
+    if (!options_.shared_watch.empty() && !key_.starts_with(options_.shared_watch))
+        throw std::invalid_argument("tenure::election: shared_watch \"" + options_.shared_watch +
+                                    "\" is not a prefix of the key \"" + key_ + "\"");
 }
 
 asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
     auto sess = session_->impl();
     if (sess->lost_event.is_set()) throw boost::system::system_error(sess->lost_reason);
     // A candidate whose session dies while it waits stops with that reason.
-    auto r = co_await detail::race(sess->acquire(key_, value_, once), sess->lost_event.wait());
+    auto r = co_await detail::race(sess->acquire_shared(key_, value_, once, options_.shared_watch),
+                                   sess->lost_event.wait());
     if (!r) throw boost::system::system_error(sess->lost_reason);
     if (!*r) co_return leadership_scope{};  // one attempt, not acquired
     co_return detail::scope_access::make(std::move(*r));
@@ -145,9 +176,11 @@ asio::awaitable<std::optional<leader_info>> election::leader_impl() {
 
 // ---- leader_observer ------------------------------------------------------------------
 
-leader_observer::leader_observer(consul::client& client, std::string key) : client_(&client), key_(std::move(key)) {}
+leader_observer::leader_observer(consul::client& client, std::string key)
+    : client_(&client), executor_(client.get_executor()), key_(std::move(key)) {}
 
 asio::awaitable<std::optional<leader_info>> leader_observer::next_impl() {
+    if (etcd_) co_return co_await detail::etcd_observer_next(*etcd_, first_, last_);
     auto same = [](std::optional<leader_info> const& a, std::optional<leader_info> const& b) {
         if (a.has_value() != b.has_value()) return false;
         return !a || (a->session == b->session && a->lock_index == b->lock_index && a->value == b->value);
@@ -173,7 +206,11 @@ asio::awaitable<std::optional<leader_info>> leader_observer::next_impl() {
 
 // ---- campaign -------------------------------------------------------------------------
 
-asio::awaitable<void> campaign_impl(consul::client& client, campaign_options options,
+namespace {
+
+// The campaign loop of either backend.
+template <class Client>
+asio::awaitable<void> campaign_loop(Client& client, campaign_options options,
                                     std::function<asio::awaitable<void>(leadership_scope&)> body) {
     using boost::system::system_error;
     session s;
@@ -227,6 +264,18 @@ asio::awaitable<void> campaign_impl(consul::client& client, campaign_options opt
         }
         throw system_error(asio::error::operation_aborted);
     }
+}
+
+}  // namespace
+
+asio::awaitable<void> campaign_impl(consul::client& client, campaign_options options,
+                                    std::function<asio::awaitable<void>(leadership_scope&)> body) {
+    return campaign_loop(client, std::move(options), std::move(body));
+}
+
+asio::awaitable<void> campaign_impl(etcd::client& client, campaign_options options,
+                                    std::function<asio::awaitable<void>(leadership_scope&)> body) {
+    return campaign_loop(client, std::move(options), std::move(body));
 }
 
 }  // namespace tenure

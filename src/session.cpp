@@ -43,6 +43,12 @@ void session_impl::notify(session_state s) {
 void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
     scopes.push_back(s);
     s->start_monitor();
+    leadership_event e;
+    e.kind = leadership_event_kind::acquired;
+    e.session_id = id;
+    e.key = s->key;
+    e.token = s->token;
+    emit_event(options.on_event, std::move(e));
 }
 
 void session_impl::mark_lost(boost::system::error_code why) {
@@ -56,6 +62,11 @@ void session_impl::mark_lost(boost::system::error_code why) {
     for (auto& w : held)
         if (auto s = w.lock()) s->lose(why);
     notify(session_state::lost);
+    leadership_event e;
+    e.kind = leadership_event_kind::lost;
+    e.session_id = id;
+    e.reason = why;
+    emit_event(options.on_event, std::move(e));
 }
 
 // The renewal loop: wakes for the next renewal or the local deadline,
@@ -88,11 +99,29 @@ asio::awaitable<void> session_impl::renew_loop() {
                 mark_lost(make_error_code(error::session_invalidated));
                 break;
             }
-            fsm.renew_succeeded(sent, clock::now());
+            auto const acked = clock::now();
+            fsm.renew_succeeded(sent, acked);
+            leadership_event e;
+            e.kind = leadership_event_kind::renewed;
+            e.session_id = id;
+            e.round_trip = acked - sent;
+            e.margin = fsm.local_deadline() - acked;
+            e.at = acked;
+            emit_event(options.on_event, std::move(e));
             co_await after_renewal();
-        } catch (boost::system::system_error const&) {
+        } catch (boost::system::system_error const& err) {
             if (closing) break;
-            fsm.renew_failed(clock::now());
+            auto const failed_at = clock::now();
+            fsm.renew_failed(sent, failed_at);
+            if (fsm.state() == session_state::jeopardy) {
+                leadership_event e;
+                e.kind = leadership_event_kind::jeopardy;
+                e.session_id = id;
+                e.margin = fsm.local_deadline() - failed_at;
+                e.reason = err.code();
+                e.at = failed_at;
+                emit_event(options.on_event, std::move(e));
+            }
         }
         if (fsm.state() == session_state::lost) {
             mark_lost(make_error_code(fsm.lost_reason()));
@@ -113,7 +142,7 @@ asio::awaitable<void> session_impl::close() {
         auto s = w.lock();
         if (!s || !s->begin_release()) continue;
         try {
-            co_await s->send_release();
+            co_await s->release_remote();
         } catch (boost::system::system_error const&) {
             // Destroying the session below frees the key anyway (with lock-delay).
         }

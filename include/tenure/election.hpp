@@ -1,13 +1,21 @@
-// tenure::election — leader election on one Consul key, compatible with the Go
-// api.Lock and `consul lock` (same flag value, same key rules).
-//
-//     tenure::leadership_scope lead = co_await election.acquire();
-//     auto why = co_await lead.run(run_report(lead.token()));
-//
-// Followers block on the key with consistent blocking queries and race when
-// its Session clears; they never poll. An acquire refused on a free key (a
-// lock-delay is running) is retried when the previous holder's LockDelay ends,
-// then with a short backoff.
+/// @file
+/// tenure::election — leader election on one Consul key, compatible with the Go
+/// api.Lock and `consul lock` (same flag value, same key rules).
+///
+///     tenure::leadership_scope lead = co_await election.acquire();
+///     auto why = co_await lead.run(run_report(lead.token()));
+///
+/// Followers block on the key with consistent blocking queries and race when
+/// its Session clears; they never poll. An acquire refused on a free key (a
+/// lock-delay is running) is retried when the previous holder's LockDelay ends,
+/// then with a short backoff.
+///
+/// With a session created on an etcd::client the same API runs etcd's own
+/// election scheme (concurrency.Election, shared with `etcdctl elect`): the
+/// key is the election name, each candidate writes `<key>/<lease hex>`, the
+/// oldest create revision leads, the fencing token is that create revision,
+/// and leader() answers the oldest key. Followers watch only their
+/// predecessor. Lock-delay on etcd: see session::create(etcd::client&, ...).
 #pragma once
 
 #include <tenure/leadership_scope.hpp>
@@ -18,6 +26,10 @@
 
 namespace tenure {
 
+namespace detail {
+struct etcd_observer;
+}
+
 struct leader_info {
     std::string value;
     std::string session;
@@ -25,35 +37,79 @@ struct leader_info {
     std::uint64_t modify_index = 0;
 };
 
+struct election_options {
+    /// A KV prefix of the key ("jobs/" for "jobs/report") watched through one
+    /// blocking query shared by every election of the same client under it:
+    /// followers and the leader's monitor wait on that query instead of
+    /// holding one blocking query (and one connection) each, so thousands of
+    /// elections need a handful of connections. Empty: the key's own blocking
+    /// queries, the lowest handover latency for a few keys. Consul only
+    /// (ignored on etcd, whose watches are streams already).
+    std::string shared_watch;
+};
+
 class election {
 public:
-    // `value` is what this candidate writes into the key when it leads (its
-    // identity, an address...). The session must outlive the election.
+    /// `value` is what this candidate writes into the key when it leads (its
+    /// identity, an address...). The session must outlive the election.
     election(session& s, std::string key, std::string value = {});
+    election(session& s, std::string key, std::string value, election_options options);
 
     std::string const& key() const noexcept { return key_; }
 
-    // Waits until this candidate holds the key.
-    // Completion signature: void(error_code, leadership_scope).
-    // Errors: error::lock_conflict (the key is used with other flags), the
-    // session's loss reason if it is lost meanwhile, transport errors that
-    // persist beyond the session's lease.
-    // Cancellation: terminal, partial and total while waiting (nothing has
-    // been written); a key taken just before the cancellation is released.
+    /// Waits until this candidate holds the key, and returns the proof.
+    ///
+    /// Followers block on the key (consistent blocking queries on Consul, a watch
+    /// of the predecessor on etcd) and never poll; an acquire refused during a
+    /// lock-delay is retried when the holder's lock-delay ends.
+    ///
+    /// @async_completion{void(boost::system::error_code, tenure::leadership_scope)}
+    /// @async_cancellation
+    /// Terminal, partial and total: completes with `operation_aborted`. While
+    /// waiting nothing has been written; a key taken just before the cancellation
+    /// took effect is released again.
+    /// @async_errors
+    /// `error::lock_conflict` (the key is used with other flags, e.g. by a
+    /// semaphore); the session's loss reason if it is lost meanwhile
+    /// (`error::session_invalidated`, `error::lease_expired_locally`); transport
+    /// errors that persist beyond the session's lease.
+    /// @async_lifetimes
+    /// The election, its session and the session's client must outlive the
+    /// operation.
     template <class CompletionToken = boost::asio::deferred_t>
     auto acquire(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token));
     }
 
-    // One attempt: an empty scope when the key is held by someone else or a
-    // lock-delay is running. Completion signature: void(error_code, leadership_scope).
+    /// One attempt: completes with an empty scope (`!scope`) when the key is held by
+    /// someone else or a lock-delay is running.
+    ///
+    /// @async_completion{void(boost::system::error_code, tenure::leadership_scope)}
+    /// @async_cancellation
+    /// Terminal: completes with `operation_aborted`; a key taken just before the
+    /// cancellation took effect is released again.
+    /// @async_errors
+    /// As acquire(): `error::lock_conflict`, the session's loss reason, transport
+    /// errors.
+    /// @async_lifetimes
+    /// The election, its session and the session's client must outlive the
+    /// operation.
     template <class CompletionToken = boost::asio::deferred_t>
     auto try_acquire(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token));
     }
 
-    // The current holder, or nullopt when nobody holds the key.
-    // Completion signature: void(error_code, std::optional<leader_info>).
+    /// The current holder, or `std::nullopt` when nobody holds the key (a
+    /// consistent read).
+    ///
+    /// @async_completion{void(boost::system::error_code, std::optional<tenure::leader_info>)}
+    /// @async_cancellation
+    /// Terminal: completes with `operation_aborted`; nothing changes.
+    /// @async_errors
+    /// Transport and HTTP errors (etcd errors on etcd).
+    /// @async_lifetimes
+    /// The election, its session and the session's client must outlive the
+    /// operation.
     template <class CompletionToken = boost::asio::deferred_t>
     auto leader(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), leader_impl(), std::forward<CompletionToken>(token));
@@ -66,26 +122,49 @@ private:
     session* session_;
     std::string key_;
     std::string value_;
+    election_options options_;
 };
 
-// A stream of leader changes on a key, for followers, dashboards and the
-// `tenure leader -watch` command. The first next() answers at once with the
-// current holder; each later one completes when the holder changes.
+/// A stream of leader changes on a key, for followers, dashboards and the
+/// `tenure leader -watch` command. The first next() answers at once with the
+/// current holder; each later one completes when the holder changes.
 class leader_observer {
 public:
     leader_observer(consul::client& client, std::string key);
+    /// On etcd `key` is the election name: the leader is the key under
+    /// `<name>/` with the oldest create revision (etcd's scheme, so
+    /// `etcdctl elect` candidates count too); leader_info carries its value,
+    /// its lease in hex (session), create revision (lock_index, the fencing
+    /// token) and mod revision. Changes come from one watch on the prefix,
+    /// re-read after a compaction. An error ends that next() (the watch is
+    /// reopened by the following one).
+    leader_observer(etcd::client& client, std::string key);
 
-    // Completion signature: void(error_code, std::optional<leader_info>).
-    // Cancellation: terminal, partial and total.
+    /// The first call answers at once with the current holder; each later call
+    /// completes when the holder changes (`std::nullopt`: nobody holds the key).
+    ///
+    /// @async_completion{void(boost::system::error_code, std::optional<tenure::leader_info>)}
+    /// @async_cancellation
+    /// Terminal, partial and total: completes with `operation_aborted`. The
+    /// observer stays usable: the next call picks up from the last holder it
+    /// reported.
+    /// @async_errors
+    /// Transport and HTTP errors; on etcd the watch's errors (the watch is reopened
+    /// by the following call).
+    /// @async_lifetimes
+    /// The observer and its client must outlive the operation. One next() at a time
+    /// per observer.
     template <class CompletionToken = boost::asio::deferred_t>
     auto next(CompletionToken&& token = {}) {
-        return detail::async_run(client_->get_executor(), next_impl(), std::forward<CompletionToken>(token));
+        return detail::async_run(executor_, next_impl(), std::forward<CompletionToken>(token));
     }
 
 private:
     boost::asio::awaitable<std::optional<leader_info>> next_impl();
 
-    consul::client* client_;
+    consul::client* client_ = nullptr;
+    std::shared_ptr<detail::etcd_observer> etcd_;  // the etcd watch state (src/etcd/election.cpp)
+    boost::asio::any_io_executor executor_;
     std::string key_;
     std::uint64_t index_ = 0;
     bool first_ = true;
@@ -96,24 +175,68 @@ struct campaign_options {
     session_options session;
     std::string key;
     std::string value;
-    // Pause after a loss or an error before campaigning again.
+    /// Pause after a loss or an error before campaigning again.
     std::chrono::nanoseconds retry_backoff = std::chrono::milliseconds{100};
-    // Called with each new scope before the body runs, and on each loss (for logs).
+    /// Called with each new scope before the body runs, and on each loss (for logs).
     std::function<void(leadership_scope const&)> on_elected;
     std::function<void(boost::system::error_code)> on_lost;
 };
 
-// The campaign loop: create a session, acquire, run `body` under the scope,
-// release, campaign again after a loss (with a new session if the old one was
-// lost) until cancelled; on cancellation it releases the key and closes the
-// session cleanly, so the next leader takes over without lock-delay.
-// Completion signature: void(error_code) — operation_aborted when cancelled.
-// Cancellation: terminal.
+/// The campaign loop: create a session, acquire, run `body` under the scope,
+/// release, campaign again after a loss (with a new session if the old one was
+/// lost) until cancelled; on cancellation it releases the key and closes the
+/// session cleanly, so the next leader takes over without lock-delay.
+/// Completion signature: void(error_code) — operation_aborted when cancelled.
+/// Cancellation: terminal.
 boost::asio::awaitable<void> campaign_impl(consul::client& client, campaign_options options,
                                            std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
+boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_options options,
+                                           std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
 
+/// The campaign loop: create a session, acquire `options.key`, run `body` under
+/// the scope, release, and campaign again after a loss (with a new session if
+/// the old one was lost) until cancelled. `on_elected` and `on_lost` are called
+/// along the way.
+///
+/// @async_completion{void(boost::system::error_code)}
+/// @async_cancellation
+/// Terminal: the loop stops, releases the key if it leads, closes the session
+/// (so the next leader takes over without a lock-delay), then completes with
+/// `operation_aborted`.
+/// @async_errors
+/// `operation_aborted` after a cancellation; `error::lock_conflict` (the key is
+/// used with other flags); an error thrown by `body` (as a
+/// `boost::system::system_error`). Losses, transport errors and session
+/// failures are not errors: the loop campaigns again after `retry_backoff`.
+/// @async_lifetimes
+/// The client must outlive the operation. `options` and `body` are taken by
+/// value; what `body` refers to must outlive the operation.
 template <class CompletionToken = boost::asio::deferred_t>
 auto campaign(consul::client& client, campaign_options options,
+              std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
+    return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
+                             std::forward<CompletionToken>(token));
+}
+
+/// The campaign loop on etcd: the session is a lease, `options.key` the
+/// election name (keys `<key>/<lease hex>`); cancellation resigns, then revokes
+/// the lease.
+///
+/// @async_completion{void(boost::system::error_code)}
+/// @async_cancellation
+/// Terminal: the loop stops, releases the key if it leads, closes the session
+/// (so the next leader takes over without a lock-delay), then completes with
+/// `operation_aborted`.
+/// @async_errors
+/// `operation_aborted` after a cancellation; `error::lock_conflict` (the key is
+/// used with other flags); an error thrown by `body` (as a
+/// `boost::system::system_error`). Losses, transport errors and session
+/// failures are not errors: the loop campaigns again after `retry_backoff`.
+/// @async_lifetimes
+/// The client must outlive the operation. `options` and `body` are taken by
+/// value; what `body` refers to must outlive the operation.
+template <class CompletionToken = boost::asio::deferred_t>
+auto campaign(etcd::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
     return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
                              std::forward<CompletionToken>(token));

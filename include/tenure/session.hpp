@@ -1,14 +1,16 @@
-// tenure::session — a Consul session kept alive by a renewal coroutine on the
-// client's executor.
-//
-// Renewal every TTL/2; after an error a retry at least every second until a
-// full TTL has passed since the send time of the last acknowledged renewal
-// (the local deadline). States healthy -> jeopardy (renewals failing, deadline
-// not reached) -> lost. A 404 on renew means the server invalidated the
-// session. Every leadership_scope taken with the session is lost with it.
+/// @file
+/// tenure::session — a Consul session kept alive by a renewal coroutine on the
+/// client's executor.
+///
+/// Renewal every TTL/2; after an error a retry at least every second until a
+/// full TTL has passed since the send time of the last acknowledged renewal
+/// (the local deadline). States healthy -> jeopardy (renewals failing, deadline
+/// not reached) -> lost. A 404 on renew means the server invalidated the
+/// session. Every leadership_scope taken with the session is lost with it.
 #pragma once
 
 #include <tenure/consul/client.hpp>
+#include <tenure/events.hpp>
 #include <tenure/etcd/client.hpp>
 #include <tenure/detail/async_bridge.hpp>
 #include <tenure/detail/session_fsm.hpp>
@@ -29,19 +31,29 @@ using session_state = detail::session_state;
 struct session_options {
     std::string name = "tenure session";
     std::chrono::nanoseconds ttl = std::chrono::seconds{15};
-    // Applied by the server to every key the session holds when it is
-    // invalidated (not on a clean release). 0 disables it.
+    /// Applied by the server to every key the session holds when it is
+    /// invalidated (not on a clean release). 0 disables it. On etcd it is
+    /// applied only with lock_delay_on_etcd (see below).
     std::chrono::nanoseconds lock_delay = std::chrono::seconds{15};
     consul::session_behavior behavior = consul::session_behavior::release;
-    // nullopt: the server's default node checks (serfHealth).
+    /// nullopt: the server's default node checks (serfHealth).
     std::optional<std::vector<std::string>> node_checks;
-    // Application health: when set, the session registers a TTL check with
-    // this TTL, binds it to the session and heartbeats it with each renewal,
-    // so the session dies if the process stops heartbeating.
+    /// Application health: when set, the session registers a TTL check with
+    /// this TTL, binds it to the session and heartbeats it with each renewal,
+    /// so the session dies if the process stops heartbeating.
     std::optional<std::chrono::nanoseconds> health_check_ttl;
-    // Asked before each heartbeat of that check; false reports the check
-    // critical, which invalidates the session (and so ends leadership).
+    /// Asked before each heartbeat of that check; false reports the check
+    /// critical, which invalidates the session (and so ends leadership).
     std::function<bool()> health_probe;
+    /// etcd has no server-side lock-delay; tenure emulates it in the waiting
+    /// candidate (see session::create for etcd). Off by default, so that
+    /// failover on etcd stays one lease TTL as with `etcdctl elect` and the
+    /// 15 s Consul default above does not silently slow etcd users down.
+    /// true: a candidate of this session applies lock_delay on etcd.
+    bool lock_delay_on_etcd = false;
+    /// Leadership events of this session and the keys it holds (acquired,
+    /// renewed, jeopardy, released, lost): see events.hpp.
+    leadership_event_handler on_event;
 };
 
 namespace detail {
@@ -53,31 +65,70 @@ public:
     using executor_type = boost::asio::any_io_executor;
     using clock = std::chrono::steady_clock;
 
-    // An empty session; assign one from create().
+    /// An empty session; assign one from create().
     session() = default;
     session(session&&) noexcept = default;
     session& operator=(session&&) noexcept;
-    // Closes the session in the background (release held keys, then destroy)
-    // if it was not closed explicitly.
+    /// Closes the session in the background (release held keys, then destroy)
+    /// if it was not closed explicitly.
     ~session();
 
-    // Creates the session on the server and starts its renewal coroutine.
-    // With an application health check (health_check_ttl) the check is
-    // registered first and bound to the session.
-    // Completion signature: void(error_code, session).
-    // Cancellation: terminal. The client must outlive the session.
+    /// Creates a session on a Consul agent (or `tenure agent`) and starts its
+    /// renewal coroutine on the client's executor: a renewal every TTL/2, retries at
+    /// least every second after an error, lost at the local deadline. With
+    /// `health_check_ttl` the application check is registered first and bound to
+    /// the session.
+    ///
+    /// @async_completion{void(boost::system::error_code, tenure::session)}
+    /// @async_cancellation
+    /// Terminal: completes with `operation_aborted`. A session the server created
+    /// just before the cancellation is not renewed and lapses after 2 x TTL.
+    /// @async_errors
+    /// Transport errors (`connection_refused`, `timed_out`, ...);
+    /// `error::http_status` when the server refuses the request (for example a TTL
+    /// below its `session_ttl_min`); `error::unexpected_response`.
+    /// @async_lifetimes
+    /// The client must outlive the operation and the session. `options` is taken by
+    /// value.
     template <class CompletionToken = boost::asio::deferred_t>
     static auto create(consul::client& client, session_options options, CompletionToken&& token = {}) {
         return detail::async_run(client.get_executor(), create_impl(client, std::move(options)),
                                  std::forward<CompletionToken>(token));
     }
 
-    // The same on etcd: the session is a lease of TTL seconds (rounded up,
-    // at least 1; etcd may raise it to its minimum) kept alive with one
-    // keepalive every TTL/3, revoked by close(). id() is the lease ID in
-    // lowercase hex (etcd's election key suffix). lock_delay is not applied
-    // on etcd yet; behavior, node_checks and health_check_ttl are Consul-only.
-    // Completion signature: void(error_code, session).
+    /// Creates a session on etcd: a lease of `ttl` seconds (rounded up, at least 1;
+    /// etcd may raise it to its minimum), kept alive every TTL/3. `id()` is the
+    /// lease ID in lowercase hex (etcd's election key suffix). `close()` deletes the
+    /// session's election keys before it revokes the lease (a clean handover); when
+    /// a candidate was waiting behind a key it deleted, close() revokes only
+    /// min(TTL/3, 500 ms) after that delete, the moment such a candidate needs to see
+    /// the lease alive (see below). `behavior`, `node_checks` and `health_check_ttl`
+    /// are Consul-only.
+    ///
+    /// Lock-delay on etcd (only with `options.lock_delay_on_etcd`): etcd keeps no
+    /// lock-delay, so the waiting candidate applies its own `lock_delay`. When the
+    /// predecessor it waits on disappears, it asks etcd whether that predecessor's
+    /// lease still exists: yes means a clean resign, no wait; no means the lease
+    /// expired or was revoked with the key still on it, and if this candidate is now
+    /// first in line, `acquire()` completes only `lock_delay` after it saw the key
+    /// go. Meanwhile its own key and lease are watched: losing either ends
+    /// `acquire()` with the error. Limits: only a candidate already waiting sees a
+    /// lease end (one that campaigns later, and `try_acquire()`, lead at once); a
+    /// candidate that withdraws during its quiet period does not pass the rest on;
+    /// a holder that resigns and revokes its lease before the candidate asked
+    /// (another client than tenure, or a candidate slower than close()'s pause) is
+    /// taken for a revoke (the error is on the safe side: a wait).
+    ///
+    /// @async_completion{void(boost::system::error_code, tenure::session)}
+    /// @async_cancellation
+    /// Terminal: completes with `operation_aborted`. A lease granted just before
+    /// the cancellation is not kept alive and expires after its TTL.
+    /// @async_errors
+    /// `error::etcd_unavailable`, `error::etcd_error` (etcd answered a gRPC error),
+    /// transport errors once every endpoint has failed.
+    /// @async_lifetimes
+    /// The etcd client must outlive the operation and the session. `options` is
+    /// taken by value.
     template <class CompletionToken = boost::asio::deferred_t>
     static auto create(etcd::client& client, session_options options, CompletionToken&& token = {}) {
         return detail::async_run(client.get_executor(), create_impl(client, std::move(options)),
@@ -90,25 +141,47 @@ public:
     executor_type get_executor() const;
 
     session_state state() const;
-    // Why the session was lost (meaningful once state() == lost).
+    /// Why the session was lost (meaningful once state() == lost).
     boost::system::error_code lost_reason() const;
-    // Send time of the last acknowledged renewal + TTL.
+    /// Send time of the last acknowledged renewal + TTL.
     clock::time_point local_deadline() const;
-    // Called on every state change (healthy <-> jeopardy, lost), on the executor.
+    /// Called on every state change (healthy <-> jeopardy, lost), on the executor.
     void on_state_change(std::function<void(session_state)> callback);
 
-    // Completes when the session is lost, with the reason.
-    // Completion signature: void(error_code reason). Cancellation: terminal,
-    // partial and total (nothing is changed by waiting).
+    /// Completes when the session is lost, with the reason as the error.
+    ///
+    /// @async_completion{void(boost::system::error_code reason)}
+    /// @async_cancellation
+    /// Terminal, partial and total: completes with `operation_aborted`; nothing
+    /// changes, the session is unaffected.
+    /// @async_errors
+    /// The loss reason: `error::session_invalidated` (the server invalidated it),
+    /// `error::lease_expired_locally` (no renewal acknowledged before the local
+    /// deadline), `error::lease_not_found` on etcd, `error::leadership_lost` after
+    /// close().
+    /// @async_lifetimes
+    /// The session object must not be destroyed or moved from until the operation
+    /// completes.
     template <class CompletionToken = boost::asio::deferred_t>
     auto wait_lost(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), wait_lost_impl(), std::forward<CompletionToken>(token));
     }
 
-    // Releases every key held through this session, then destroys it on the
-    // server (release first, so a clean shutdown imposes no lock-delay).
-    // Completion signature: void(error_code). Cancellation: terminal; the
-    // session may then remain on the server until its TTL lapses.
+    /// Releases every key held through this session, then destroys it on the server
+    /// (release first, so a clean shutdown imposes no lock-delay on the next
+    /// holder). On etcd: deletes the session's election keys, then revokes the
+    /// lease.
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal: completes with `operation_aborted`; the session may then remain on
+    /// the server until its TTL lapses, and keys it still holds are freed only then
+    /// (with its lock-delay).
+    /// @async_errors
+    /// Transport and HTTP errors of the release or the destroy (the session is
+    /// stopped locally either way).
+    /// @async_lifetimes
+    /// The session object and its client must outlive the operation.
     template <class CompletionToken = boost::asio::deferred_t>
     auto close(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), close_impl(), std::forward<CompletionToken>(token));

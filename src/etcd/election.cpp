@@ -8,9 +8,11 @@
 
 #include <tenure/session.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <cstdio>
+#include <stdexcept>
 
 namespace tenure::detail {
 
@@ -100,6 +102,19 @@ asio::awaitable<boost::system::error_code> why_gone(etcd::client& c, std::int64_
     co_return make_error_code(error::key_deleted);
 }
 
+// Whether `lease` still exists. A key deleted by a lease revoke or expiry
+// goes in the same etcd transaction that removes the lease, so a watcher
+// that sees the DELETE and then finds the lease alive knows the key was
+// deleted on its own (a resign).
+asio::awaitable<bool> lease_alive(etcd::client& c, std::int64_t lease) {
+    try {
+        co_return co_await c.lease_time_to_live(lease) >= 0;
+    } catch (system_error const& e) {
+        if (is_lease_not_found(e)) co_return false;
+        throw;
+    }
+}
+
 // Deletes `key` if it still has create_revision `rev` (etcd's Resign).
 asio::awaitable<void> resign(etcd::client& c, std::string key, std::int64_t rev) {
     std::vector<etcd::compare> cmps;
@@ -110,6 +125,29 @@ asio::awaitable<void> resign(etcd::client& c, std::string key, std::int64_t rev)
     ops.emplace_back(std::move(del));
     std::vector<etcd::request_op> no_ops;
     co_await c.txn(cmps, ops, no_ops);
+}
+
+// etcd's Resign, also answering whether a candidate waits behind the key
+// (one txn: delete, then a keys-only range of the later create revisions).
+asio::awaitable<bool> resign_seeing_successor(etcd::client& c, std::string key, std::string prefix, std::int64_t rev) {
+    std::vector<etcd::compare> cmps;
+    cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal, rev));
+    etcd::delete_op del;
+    del.key = key;
+    etcd::range_op next;
+    next.key = prefix;
+    next.range_end = etcd::prefix_end(prefix);
+    next.options.limit = 1;
+    next.options.keys_only = true;
+    next.options.min_create_revision = rev + 1;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(del));
+    ops.emplace_back(std::move(next));
+    std::vector<etcd::request_op> no_ops;
+    auto r = co_await c.txn(cmps, ops, no_ops);
+    if (!r.succeeded || r.responses.size() < 2) co_return false;
+    auto const* rr = std::get_if<etcd::range_response>(&r.responses[1]);
+    co_return rr && !rr->kvs.empty();
 }
 
 }  // namespace
@@ -135,6 +173,23 @@ asio::awaitable<bool> etcd_session::renew_once() {
 
 asio::awaitable<void> etcd_session::destroy_remote() {
     auto self = shared_from_this();
+    // Revoking first would delete a key a background release is about to
+    // delete, and the next candidate would take that for an expiry.
+    auto const give_up = clock::now() + 2 * client.config().request_timeout;
+    while (resigning > 0 && clock::now() < give_up) {
+        resign_done.expires_at(give_up);
+        auto [ec] = co_await resign_done.async_wait(asio::as_tuple(asio::use_awaitable));
+        (void)ec;
+    }
+    // A successor that applies a lock-delay tells a resign from an expiry by
+    // asking, when it sees our key go, whether our lease still exists: give
+    // it that moment before the lease goes (etcd cannot say afterwards).
+    auto const grace = std::min<clock::duration>(options.ttl / 3, 500ms);
+    if (handed_over_at != clock::time_point{} && clock::now() < handed_over_at + grace) {
+        asio::steady_timer t(executor, handed_over_at + grace);
+        auto [ec] = co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        (void)ec;
+    }
     try {
         co_await client.lease_revoke(lease);
     } catch (system_error const& e) {
@@ -167,6 +222,12 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(std::string 
     clock::duration retry = 20ms;
     bool aborted = false;
     std::shared_ptr<etcd_election_scope> won;
+    // Lock-delay emulation (etcd has none): the predecessor this candidate
+    // waits on, and the end of the quiet period once it went with its lease.
+    auto const delay = options.lock_delay_on_etcd ? std::max<clock::duration>(options.lock_delay, 0ns)
+                                                  : clock::duration::zero();
+    std::optional<etcd::key_value> pred;
+    clock::time_point quiet_until{};
 
     try {
         for (;;) {
@@ -222,6 +283,25 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(std::string 
                     fatal = co_await why_gone(client, lease);
                 } else if (v.own->lease != lease) {
                     fatal = make_error_code(error::released_by_other);
+                } else if (pred && (!v.other || v.other->key != pred->key ||
+                                    v.other->create_revision != pred->create_revision)) {
+                    // The predecessor we waited on is gone: resigned (its
+                    // lease lives on: no wait) or with its lease (expired or
+                    // revoked: the quiet period starts now, when we saw it).
+                    bool clean = true;
+                    if (delay > clock::duration::zero() && pred->lease != 0)
+                        clean = co_await lease_alive(client, pred->lease);
+                    quiet_until = clean ? clock::time_point{} : clock::now() + delay;
+                    pred.reset();
+                    continue;  // read again: that check took a round trip
+                } else if (!v.other && clock::now() < quiet_until) {
+                    // First in line after a lease ended: wait out the
+                    // lock-delay, still watching our own key (its loss, or
+                    // the session's, ends the campaign with an error).
+                    std::string own = own_key;
+                    auto own_gone = wait_deleted(client, own, v.revision + 1);
+                    auto quiet = sleep_until(quiet_until);
+                    co_await race(std::move(own_gone), std::move(quiet));
                 } else if (!v.other) {
                     auto st = std::make_shared<etcd_election_scope>(self, own_key, value, client, prefix, lease);
                     st->token = static_cast<std::uint64_t>(my_rev);
@@ -232,6 +312,7 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(std::string 
                     co_await resign(client, own_key, my_rev);
                     co_return nullptr;
                 } else {
+                    if (delay > clock::duration::zero()) pred = v.other;  // tracked for the lock-delay only
                     std::string pred_key = v.other->key;
                     std::int64_t const from = v.revision + 1;
                     auto pred_gone = wait_deleted(client, pred_key, from);
@@ -286,8 +367,18 @@ asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client&
 
 asio::awaitable<void> etcd_election_scope::send_release() {
     auto self = shared_from_this();
+    auto sess = std::static_pointer_cast<etcd_session>(session);
     std::string own_key = key;
-    co_await resign(client, own_key, static_cast<std::int64_t>(token));
+    ++sess->resigning;
+    struct done_guard {
+        etcd_session& s;
+        ~done_guard() {
+            if (--s.resigning == 0) s.resign_done.cancel();
+        }
+    } guard{*sess};
+    std::string pfx = prefix;
+    if (co_await resign_seeing_successor(client, own_key, pfx, static_cast<std::int64_t>(token)))
+        sess->handed_over_at = clock::now();
 }
 
 asio::awaitable<boost::system::error_code> etcd_election_scope::check_held() {
@@ -367,9 +458,99 @@ asio::awaitable<void> etcd_election_scope::monitor() {
     }
 }
 
+// ---- leader observer ---------------------------------------------------------------
+
+namespace {
+
+leader_info to_leader_info(etcd::key_value const& kv) {
+    return leader_info{kv.value, etcd_lease_hex(kv.lease), static_cast<std::uint64_t>(kv.create_revision),
+                       static_cast<std::uint64_t>(kv.mod_revision)};
+}
+
+bool same_leader(std::optional<leader_info> const& a, std::optional<leader_info> const& b) {
+    if (a.has_value() != b.has_value()) return false;
+    return !a || (a->session == b->session && a->lock_index == b->lock_index && a->value == b->value);
+}
+
+// The leader (oldest create revision under the prefix) and the read's revision.
+asio::awaitable<std::optional<leader_info>> read_oldest(etcd_observer& o, std::int64_t& revision) {
+    std::string key = o.prefix;
+    std::string end = etcd::prefix_end(o.prefix);
+    etcd::range_options opts;
+    opts.limit = 1;
+    opts.order = etcd::sort_order::ascend;
+    opts.target = etcd::sort_target::create;
+    auto r = co_await o.client.range(key, end, opts);
+    revision = r.header.revision;
+    if (r.kvs.empty()) {
+        o.leader_key.clear();
+        co_return std::nullopt;
+    }
+    o.leader_key = r.kvs.front().key;
+    co_return to_leader_info(r.kvs.front());
+}
+
+}  // namespace
+
+asio::awaitable<std::optional<leader_info>> etcd_observer_next(etcd_observer& o, bool& first,
+                                                               std::optional<leader_info>& last) {
+    for (;;) {
+        try {
+            if (!o.watch || !o.watch->is_open()) {
+                // (Re)start: read, then watch from right after that read
+                // (opened by the next call, so a one-shot read needs no watch).
+                o.watch.reset();
+                if (o.watch_from == 0) {
+                    std::int64_t rev = 0;
+                    auto info = co_await read_oldest(o, rev);
+                    o.watch_from = rev + 1;
+                    if (first || !same_leader(info, last)) {
+                        first = false;
+                        last = info;
+                        co_return info;
+                    }
+                }
+                etcd::watch_options wo;
+                wo.start_revision = o.watch_from;
+                std::string key = o.prefix;
+                std::string end = etcd::prefix_end(o.prefix);
+                auto w = co_await o.client.watch(key, end, wo);
+                o.watch.emplace(std::move(w));
+                o.watch_from = 0;  // a broken watch is followed by a new read
+            }
+            auto r = co_await o.watch->next();
+            // Only a change of the leader's own key, or any key while there
+            // is none, can change the answer.
+            bool reread = false;
+            for (auto const& ev : r.events)
+                if (o.leader_key.empty() || ev.kv.key == o.leader_key) reread = true;
+            if (!reread) continue;
+            std::int64_t rev = 0;
+            auto info = co_await read_oldest(o, rev);
+            if (!same_leader(info, last)) {
+                last = info;
+                co_return info;
+            }
+        } catch (system_error const& e) {
+            o.watch.reset();
+            o.watch_from = 0;
+            if (is_abort(e)) throw;
+            // History we were watching from was compacted: read again.
+            if (e.code() == make_error_code(error::etcd_compacted)) continue;
+            throw;
+        }
+    }
+}
+
 }  // namespace tenure::detail
 
 namespace tenure {
+
+leader_observer::leader_observer(etcd::client& client, std::string key)
+    : executor_(client.get_executor()), key_(std::move(key)) {
+    if (key_.empty()) throw std::invalid_argument("tenure::leader_observer needs an election name");
+    etcd_ = std::make_shared<detail::etcd_observer>(client, key_);
+}
 
 boost::asio::awaitable<session> session::create_impl(etcd::client& client, session_options options) {
     co_return session(co_await detail::create_etcd_session(client, std::move(options)));

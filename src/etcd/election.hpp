@@ -50,6 +50,13 @@ struct etcd_session final : session_impl {
 
     etcd::client& client;
     std::int64_t lease;
+    // Resigns still in flight (a scope released in the background): the
+    // lease is revoked only after them, so a handover stays clean.
+    int resigning = 0;
+    asio::steady_timer resign_done{client.get_executor(), clock::time_point::max()};
+    // When a resign last left the election to a waiting candidate: close()
+    // revokes the lease only a moment after it (see destroy_remote).
+    clock::time_point handed_over_at{};
 
     asio::awaitable<bool> renew_once() override;
     asio::awaitable<void> destroy_remote() override;
@@ -61,5 +68,21 @@ struct etcd_session final : session_impl {
 };
 
 asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client& client, session_options options);
+
+// leader_observer's state on etcd: one watch on `<name>/`, kept open between
+// next() calls.
+struct etcd_observer {
+    etcd_observer(etcd::client& c, std::string name) : client(c), prefix(std::move(name) + "/") {}
+    etcd::client& client;
+    std::string prefix;
+    std::optional<etcd::watch_stream> watch;
+    std::string leader_key;  // the key of the leader last read ("" when none)
+    std::int64_t watch_from = 0;  // where the next watch starts (0: read first)
+};
+
+// leader_observer::next() on etcd: the leader at once when `first`, else
+// when it differs from `last` (both updated).
+asio::awaitable<std::optional<leader_info>> etcd_observer_next(etcd_observer& o, bool& first,
+                                                               std::optional<leader_info>& last);
 
 }  // namespace tenure::detail

@@ -7,12 +7,20 @@
 // sleeps for a fixed time except where absence is asserted (a second holder
 // that must not run).
 #include "agent_process.hpp"
+#include "etcd_process.hpp"
 #include "http_client.hpp"
+
+#include <tenure/etcd/client.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -515,6 +523,7 @@ BOOST_AUTO_TEST_CASE(help_shows_the_usage) {
     tenure_process top({"--help"});
     auto const top_out = top.rest_of_stdout();
     BOOST_TEST(top.wait() == 0);
+    BOOST_TEST(top_out.find("--version") != std::string::npos, top_out);
     BOOST_TEST(top_out.find("tenure lock [options] <prefix> <child...>") != std::string::npos, top_out);
     BOOST_TEST(top_out.find("tenure leader [-watch] [options] <key>") != std::string::npos, top_out);
     tenure_process lock_help({"help", "lock"});
@@ -524,9 +533,43 @@ BOOST_AUTO_TEST_CASE(help_shows_the_usage) {
                              "-child-exit-code", "-http-addr=", "-token=", "-session-ttl=", "-lock-delay=",
                              "-kill-grace="})
         BOOST_TEST(lock_out.find(flag) != std::string::npos, flag);
+    BOOST_TEST(lock_out.find("-etcd-endpoints=") != std::string::npos, lock_out);
     tenure_process leader_help({"leader", "-help"});
-    BOOST_TEST(leader_help.rest_of_stdout().find("-watch") != std::string::npos);
+    auto const leader_out = leader_help.rest_of_stdout();
+    BOOST_TEST(leader_out.find("-watch") != std::string::npos);
+    BOOST_TEST(leader_out.find("-etcd-endpoints=") != std::string::npos, leader_out);
     BOOST_TEST(leader_help.wait() == 0);
+    // Every flag of lock and leader is listed with its default: in the
+    // "...Options:" sections each option paragraph ("  -flag..." up to the
+    // next blank line) says "Default:".
+    for (auto const* out : {&lock_out, &leader_out}) {
+        std::istringstream in(*out);
+        std::string line, paragraph;
+        bool in_options = false, in_option = false;
+        int options_seen = 0;
+        auto check = [&] {
+            if (in_option) BOOST_TEST(paragraph.find("Default:") != std::string::npos, "no default in:\n" << paragraph);
+        };
+        while (std::getline(in, line)) {
+            if (line.size() >= 8 && line.compare(line.size() - 8, 8, "Options:") == 0) {
+                in_options = true;
+                continue;
+            }
+            if (in_options && line.rfind("  -", 0) == 0) {
+                ++options_seen;
+                check();
+                in_option = true;
+                paragraph = line + "\n";
+            } else if (line.empty()) {
+                check();
+                in_option = false;
+            } else if (in_option) {
+                paragraph += line + "\n";
+            }
+        }
+        check();
+        BOOST_TEST(options_seen >= 5);
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -573,6 +616,173 @@ BOOST_AUTO_TEST_CASE(watch_prints_each_change) {
     }
     watch.signal(SIGINT);
     BOOST_TEST(watch.wait() == 0, watch.err());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the CLI on etcd ---------------------------------------------------------------------
+
+namespace {
+
+// One request to etcd with tenure's client, synchronously.
+template <class T>
+T etcd_call(std::string const& url, std::function<boost::asio::awaitable<T>(tenure::etcd::client&)> f) {
+    boost::asio::io_context io{1};
+    tenure::etcd::client_config cfg;
+    cfg.endpoints = {url};
+    tenure::etcd::client c(io.get_executor(), cfg);
+    auto fut = boost::asio::co_spawn(io, f(c), boost::asio::use_future);
+    io.run_for(10s);
+    return fut.get();
+}
+
+// The oldest key under `<name>/` (the election's leader), if any.
+std::optional<tenure::etcd::key_value> etcd_leader(std::string const& url, std::string const& name) {
+    return etcd_call<std::optional<tenure::etcd::key_value>>(
+        url, [name](tenure::etcd::client& c) -> boost::asio::awaitable<std::optional<tenure::etcd::key_value>> {
+            std::string key = name + "/";
+            std::string end = tenure::etcd::prefix_end(key);
+            tenure::etcd::range_options o;
+            o.limit = 1;
+            o.order = tenure::etcd::sort_order::ascend;
+            o.target = tenure::etcd::sort_target::create;
+            auto r = co_await c.range(key, end, o);
+            if (r.kvs.empty()) co_return std::nullopt;
+            co_return r.kvs.front();
+        });
+}
+
+std::int64_t etcd_lease_ttl(std::string const& url, std::int64_t lease) {
+    return etcd_call<std::int64_t>(url, [lease](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
+        co_return co_await c.lease_time_to_live(lease);
+    });
+}
+
+struct cli_etcd_fixture {
+    etcd_process etcd;
+    std::string url() const { return etcd.client_url(); }
+
+    std::vector<std::string> lock_args(std::string const& name, std::string const& script,
+                                       std::vector<std::string> extra = {}) const {
+        std::vector<std::string> a = {"lock", "-etcd-endpoints", url(), "-session-ttl", "2s", "-kill-grace", "2s"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        a.push_back(name);
+        a.push_back(script);
+        return a;
+    }
+};
+
+// Sets an environment variable for the processes started in a scope.
+struct scoped_env {
+    std::string name;
+    scoped_env(std::string n, std::string const& value) : name(std::move(n)) { ::setenv(name.c_str(), value.c_str(), 1); }
+    ~scoped_env() { ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(cli_etcd, cli_etcd_fixture)
+
+BOOST_AUTO_TEST_CASE(lock_runs_the_child_with_the_same_environment) {
+    tenure_process p(
+        lock_args("itest-env",
+                  "echo held=$CONSUL_LOCK_HELD key=$TENURE_LOCK_KEY session=$TENURE_SESSION token=$TENURE_FENCING_TOKEN; "
+                  "read line; echo got $line",
+                  {"-pass-stdin"}),
+        true);
+    auto f = fields(p.expect_line("held="));
+    BOOST_TEST(f["held"] == "true");
+    BOOST_TEST(f["key"] == "itest-env/" + f["session"]);
+    // etcd says the same: the oldest key of the election is ours, on our lease.
+    auto leader = etcd_leader(url(), "itest-env");
+    BOOST_TEST_REQUIRE(leader.has_value());
+    BOOST_TEST(leader->key == f["key"]);
+    BOOST_TEST(std::to_string(leader->create_revision) == f["token"]);
+    auto const lease = static_cast<std::int64_t>(std::stoull(f["session"], nullptr, 16));
+    BOOST_TEST(leader->lease == lease);
+
+    // tenure leader on etcd shows it.
+    {
+        tenure_process who({"leader", "-etcd-endpoints", url(), "itest-env"});
+        BOOST_TEST(who.rest_of_stdout() == "leader value=\"\" session=" + f["session"] + " lock_index=" + f["token"] + "\n");
+        BOOST_TEST(who.wait() == 0, who.err());
+    }
+
+    p.write_stdin("bye\n");
+    BOOST_TEST(p.expect_line("got") == "got bye");
+    auto rc = p.wait();
+    BOOST_TEST(rc == 0, join_status(p, rc));
+    // Resigned, then the lease revoked.
+    BOOST_TEST(!etcd_leader(url(), "itest-env").has_value());
+    BOOST_TEST(etcd_lease_ttl(url(), lease) == -1);
+
+    // The next holder (ETCDCTL_ENDPOINTS instead of the flag) has a larger token.
+    scoped_env env("ETCDCTL_ENDPOINTS", url());
+    tenure_process q({"lock", "-session-ttl", "2s", "itest-env", "echo token=$TENURE_FENCING_TOKEN"});
+    auto g = fields(q.expect_line("token="));
+    BOOST_TEST(std::stoull(g["token"]) > std::stoull(f["token"]));
+    BOOST_TEST(q.wait() == 0, q.err());
+}
+
+BOOST_AUTO_TEST_CASE(contenders_take_turns_and_leader_watch_follows) {
+    tenure_process watch({"leader", "-watch", "-etcd-endpoints", url(), "itest-turns"});
+    BOOST_TEST(text(watch.read_line()) == "no leader");
+
+    tenure_process a(lock_args("itest-turns", "echo a-ready; read line", {"-pass-stdin"}), true);
+    a.expect_line("a-ready");
+    auto first = watch.read_line();
+    BOOST_TEST_REQUIRE(first.has_value(), watch.err());
+    auto fa = fields(*first);
+    tenure_process b(lock_args("itest-turns", "echo b-ready; read line", {"-pass-stdin"}), true);
+    // Absence: b does not run while a holds the lock.
+    BOOST_TEST(!b.read_line(500ms).has_value());
+    a.close_stdin();
+    BOOST_TEST(a.wait() == 0, a.err());
+    BOOST_TEST(b.expect_line("b-ready") == "b-ready");
+    // The watch saw the handover (possibly with "no leader" in between).
+    auto next = watch.read_line();
+    if (next && *next == "no leader") next = watch.read_line();
+    BOOST_TEST_REQUIRE(next.has_value(), watch.err());
+    auto fb = fields(*next);
+    BOOST_TEST(fb["session"] != fa["session"]);
+    BOOST_TEST(std::stoull(fb["lock_index"]) > std::stoull(fa["lock_index"]));
+    b.close_stdin();
+    BOOST_TEST(b.wait() == 0, b.err());
+    BOOST_TEST(text(watch.read_line()) == "no leader");
+    watch.signal(SIGINT);
+    BOOST_TEST(watch.wait() == 0, watch.err());
+}
+
+BOOST_AUTO_TEST_CASE(bad_usage_says_what_is_wrong) {
+    struct bad {
+        std::vector<std::string> args;
+        std::string message;
+    };
+    std::vector<bad> cases = {
+        {{"lock", "-etcd-endpoints", url(), "-n", "2", "itest-usage", "true"}, "-n > 1 (a semaphore) is Consul-only"},
+        {{"lock", "-etcd-endpoints", url(), "-n", "0", "itest-usage", "true"}, "-n must be >= 1 (got 0)"},
+        {{"lock", "-etcd-endpoints", url(), "-http-addr", "127.0.0.1:1", "itest-usage", "true"},
+         "-http-addr (Consul) and -etcd-endpoints (etcd) exclude each other"},
+        {{"lock", "-etcd-endpoints", url(), "-token", "x", "itest-usage", "true"}, "-token is a Consul option"},
+        {{"lock", "-etcd-endpoints", "", "itest-usage", "true"}, "-etcd-endpoints needs at least one URL"},
+        {{"lock", "-etcd-endpoints", url(), "/", "true"}, "the prefix names the election and must not be empty"},
+        {{"lock", "-etcd-endpoints", url(), "itest-usage"}, "a child command must be specified after the prefix"},
+        {{"lock", "-session-ttl", "0s", "-etcd-endpoints", url(), "itest-usage", "true"}, "-session-ttl must be > 0 (got 0s)"},
+        {{"leader", "-etcd-endpoints", url(), "a", "b"}, "exactly one key must be specified (got 2)"},
+        {{"nosuchcommand"}, "unknown command \"nosuchcommand\""},
+    };
+    for (auto const& c : cases) {
+        tenure_process p(c.args);
+        auto rc = p.wait();
+        BOOST_TEST(rc == 1, c.message << ": " << join_status(p, rc));
+        BOOST_TEST(p.rest_of_stdout().empty());
+        BOOST_TEST(p.err().find(c.message) != std::string::npos, c.message << " not in:\n" << p.err());
+    }
+    // An unreachable etcd is an error before anything runs.
+    tenure_process unreachable({"lock", "-etcd-endpoints", "http://127.0.0.1:1", "itest-usage", "echo ran"});
+    BOOST_TEST(unreachable.wait() == 1);
+    BOOST_TEST(unreachable.rest_of_stdout().empty());
+    BOOST_TEST(unreachable.err().find("Lock setup failed") != std::string::npos, unreachable.err());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

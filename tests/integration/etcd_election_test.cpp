@@ -19,6 +19,8 @@
 #include <tenure/session.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/deferred.hpp>
@@ -31,6 +33,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -411,6 +414,212 @@ asio::awaitable<void> etcdctl_interop(env& e) {
     co_await s1.close();
 }
 
+tenure::session_options delayed(std::chrono::milliseconds lock_delay, std::chrono::seconds ttl = 30s) {
+    auto o = opts(ttl);
+    o.lock_delay = lock_delay;
+    o.lock_delay_on_etcd = true;
+    return o;
+}
+
+// Lock-delay on etcd is the waiting candidate's: after a clean resign (the
+// leader's key deleted, its lease alive) none, and a session close (resign,
+// then revoke) is clean too; after the leader's lease ended under its key
+// (revoked here) the next one leads no earlier than lock_delay after that.
+asio::awaitable<void> lock_delay_clean(env& e) {
+    auto ex = co_await asio::this_coro::executor;
+    auto const long_delay = 60'000ms;  // a wait this long would not fit the scenario
+    auto s1 = co_await tenure::session::create(*e.client, opts(30s));
+    auto s2 = co_await tenure::session::create(*e.client, delayed(long_delay));
+    tenure::election e1(s1, "eldl", "one"), e2(s2, "eldl", "two");
+    auto scope = co_await e1.acquire();
+    pending p2(ex);
+    p2.start(e2);
+    BOOST_REQUIRE(!(co_await p2.wait(200ms)));  // absence: waiting behind s1
+    co_await scope.release();
+    BOOST_REQUIRE_MESSAGE(co_await p2.wait(10'000ms), "a clean resign imposed a lock-delay");
+    BOOST_REQUIRE(!p2.ec);
+    BOOST_TEST(p2.scope.held());
+
+    // s1 queues behind s2, s3 behind s1; s1 leads, then closes its session.
+    pending p1(ex);
+    p1.start(e1);
+    BOOST_REQUIRE(!(co_await p1.wait(200ms)));
+    auto s3 = co_await tenure::session::create(*e.client, delayed(long_delay));
+    tenure::election e3(s3, "eldl", "three");
+    pending p3(ex);
+    p3.start(e3);
+    BOOST_REQUIRE(!(co_await p3.wait(200ms)));
+    co_await p2.scope.release();
+    BOOST_REQUIRE(co_await p1.wait(10'000ms));
+    BOOST_REQUIRE(!p1.ec);
+    co_await s1.close();  // resigns p1's key, then revokes the lease
+    BOOST_REQUIRE_MESSAGE(co_await p3.wait(10'000ms), "a session close imposed a lock-delay");
+    BOOST_REQUIRE(!p3.ec);
+    BOOST_TEST(p3.scope.held());
+    co_await p3.scope.release();
+    co_await s3.close();
+    co_await s2.close();
+}
+
+asio::awaitable<void> lock_delay_after_revoke(env& e) {
+    auto ex = co_await asio::this_coro::executor;
+    auto const short_delay = 1500ms;
+    {
+        auto s1 = co_await tenure::session::create(*e.client, opts(30s));
+        auto s2 = co_await tenure::session::create(*e.client, delayed(short_delay));
+        tenure::election e1(s1, "eldr", "one"), e2(s2, "eldr", "two");
+        auto scope = co_await e1.acquire();
+        pending p2(ex);
+        p2.start(e2);
+        BOOST_REQUIRE(!(co_await p2.wait(200ms)));
+        auto const revoked = steady::now();
+        co_await e.client->lease_revoke(lease_of(s1));
+        BOOST_REQUIRE(co_await p2.wait(10'000ms));
+        BOOST_REQUIRE(!p2.ec);
+        BOOST_TEST(p2.scope.held());
+        BOOST_TEST_MESSAGE("revoke -> next leader: "
+                           << std::chrono::duration_cast<std::chrono::milliseconds>(p2.at - revoked).count()
+                           << " ms (lock-delay 1500 ms)");
+        BOOST_TEST((p2.at - revoked >= short_delay));
+        BOOST_TEST(co_await p2.scope.confirm());
+        co_await p2.scope.release();
+        co_await s2.close();
+    }
+    // Without lock_delay_on_etcd the default (15 s) lock-delay does not apply.
+    {
+        auto s1 = co_await tenure::session::create(*e.client, opts(30s));
+        auto s2 = co_await tenure::session::create(*e.client, opts(30s));
+        BOOST_TEST((s2.options().lock_delay == 15s));
+        tenure::election e1(s1, "eldn", "one"), e2(s2, "eldn", "two");
+        auto scope = co_await e1.acquire();
+        pending p2(ex);
+        p2.start(e2);
+        BOOST_REQUIRE(!(co_await p2.wait(200ms)));
+        co_await e.client->lease_revoke(lease_of(s1));
+        BOOST_REQUIRE_MESSAGE(co_await p2.wait(10'000ms), "lock-delay applied without lock_delay_on_etcd");
+        BOOST_REQUIRE(!p2.ec);
+        co_await p2.scope.release();
+        co_await s2.close();
+    }
+    // Our own lease ending during the quiet period ends acquire() with an
+    // error instead of leadership.
+    {
+        auto s1 = co_await tenure::session::create(*e.client, opts(30s));
+        auto s2 = co_await tenure::session::create(*e.client, delayed(60'000ms));
+        tenure::election e1(s1, "eldq", "one"), e2(s2, "eldq", "two");
+        auto scope = co_await e1.acquire();
+        pending p2(ex);
+        p2.start(e2);
+        BOOST_REQUIRE(!(co_await p2.wait(200ms)));
+        co_await e.client->lease_revoke(lease_of(s1));
+        // s2's key is now the oldest: it is first in line, and quiet.
+        bool first_in_line = false;
+        for (int i = 0; i < 200 && !first_in_line; ++i) {
+            auto leader = co_await e2.leader();
+            first_in_line = leader && leader->session == s2.id();
+            if (!first_in_line) co_await pause(10ms);
+        }
+        BOOST_REQUIRE(first_in_line);
+        BOOST_TEST(!(co_await p2.wait(300ms)));  // absence: still quiet
+        co_await e.client->lease_revoke(lease_of(s2));
+        BOOST_REQUIRE(co_await p2.wait(5000ms));
+        BOOST_TEST((p2.ec == tenure::error::session_invalidated), p2.ec.message());
+        BOOST_TEST(!p2.scope.held());
+        std::string k2 = "eldq/" + s2.id();
+        BOOST_TEST((co_await e.client->range(k2)).kvs.empty());
+    }
+}
+
+// campaign() and leader_observer on etcd: the observer answers the current
+// leader at once, then each change; one campaign body runs at a time, and
+// cancelling the leader's campaign hands over cleanly with a larger token.
+asio::awaitable<void> campaign_and_observer(env& e) {
+    auto ex = co_await asio::this_coro::executor;
+    tenure::leader_observer observer(*e.client, "elc");
+    auto first = co_await observer.next();
+    BOOST_TEST(!first.has_value());
+
+    int running = 0, max_running = 0;
+    std::vector<std::uint64_t> tokens;
+    auto make = [&](std::string who) {
+        tenure::campaign_options o;
+        o.session = opts(5s);
+        o.key = "elc";
+        o.value = who;
+        o.on_elected = [&tokens](tenure::leadership_scope const& s) { tokens.push_back(s.token()); };
+        return o;
+    };
+    auto body = [&](tenure::leadership_scope&) -> asio::awaitable<void> {
+        ++running;
+        max_running = std::max(max_running, running);
+        try {
+            co_await pause(60'000ms);
+        } catch (...) {
+            --running;
+            throw;
+        }
+        --running;
+    };
+
+    asio::cancellation_signal stop_a, stop_b;
+    std::optional<boost::system::error_code> a_end, b_end;
+    auto oa = make("A");
+    tenure::campaign(*e.client, std::move(oa), body,
+                     asio::bind_cancellation_slot(stop_a.slot(), [&](boost::system::error_code ec) { a_end = ec; }));
+    auto l1 = co_await within(observer.next(asio::use_awaitable), 10'000ms);
+    BOOST_REQUIRE(l1.has_value());
+    BOOST_REQUIRE(l1->has_value());
+    BOOST_TEST((*l1)->value == "A");
+    auto ob = make("B");
+    tenure::campaign(*e.client, std::move(ob), body,
+                     asio::bind_cancellation_slot(stop_b.slot(), [&](boost::system::error_code ec) { b_end = ec; }));
+    // Absence: B's candidacy does not change the leader.
+    auto none = co_await within(observer.next(asio::use_awaitable), 500ms);
+    BOOST_TEST(!none.has_value());
+    BOOST_TEST(tokens.size() == 1u);
+
+    // The observer's watch was cancelled by within(); the next call re-reads.
+    stop_a.emit(asio::cancellation_type::terminal);
+    auto l2 = co_await within(observer.next(asio::use_awaitable), 10'000ms);
+    BOOST_REQUIRE(l2.has_value());
+    BOOST_REQUIRE(l2->has_value());
+    BOOST_TEST((*l2)->value == "B");
+    BOOST_TEST((*l2)->lock_index > (*l1)->lock_index);
+    // A's campaign ends once its session is closed too (after the handover).
+    for (int i = 0; i < 250 && !a_end; ++i) co_await pause(20ms);
+    BOOST_TEST(a_end.has_value());
+    if (a_end) BOOST_TEST((*a_end == asio::error::operation_aborted), a_end->message());
+    BOOST_REQUIRE(tokens.size() == 2u);
+    BOOST_TEST(tokens[1] > tokens[0]);
+    BOOST_TEST((*l2)->lock_index == tokens[1]);
+    BOOST_TEST(max_running == 1);
+
+    // An `etcdctl elect` candidate is seen by the observer too.
+    std::string const url = "--endpoints=" + e.server.client_url();
+    etcdctl_child candidate(ex, {url, "elect", "elc", "etcdctl-C"});
+    stop_b.emit(asio::cancellation_type::terminal);
+    // "no leader" may come first if etcdctl had not campaigned yet when B left.
+    auto l3 = co_await within(observer.next(asio::use_awaitable), 10'000ms);
+    BOOST_REQUIRE(l3.has_value());
+    if (!l3->has_value()) l3 = co_await within(observer.next(asio::use_awaitable), 10'000ms);
+    BOOST_REQUIRE(l3.has_value());
+    BOOST_REQUIRE(l3->has_value());
+    BOOST_TEST((*l3)->value == "etcdctl-C");
+    for (int i = 0; i < 250 && !b_end; ++i) co_await pause(20ms);
+    BOOST_TEST(b_end.has_value());
+    // SIGINT only resigns once etcdctl has returned from its campaign (it
+    // prints the value then); earlier, under load, it could die holding the
+    // key until its 60 s lease ran out.
+    std::string const leading_line = "etcdctl-C";
+    bool const printed = co_await candidate.wait_line(leading_line, 10'000ms);
+    BOOST_TEST(printed);
+    candidate.kill(SIGINT);  // resigns
+    auto l4 = co_await within(observer.next(asio::use_awaitable), 10'000ms);
+    BOOST_REQUIRE(l4.has_value());
+    BOOST_TEST(!l4->has_value());
+    BOOST_TEST(running == 0);
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(etcd_election, env)
@@ -426,6 +635,15 @@ BOOST_AUTO_TEST_CASE(leader_key_deleted_or_lease_revoked_loses) {
 }
 BOOST_AUTO_TEST_CASE(etcdctl_elect_interop) {
     run([&] { return etcdctl_interop(*this); });
+}
+BOOST_AUTO_TEST_CASE(lock_delay_not_after_a_clean_resign_or_close) {
+    run([&] { return lock_delay_clean(*this); });
+}
+BOOST_AUTO_TEST_CASE(lock_delay_after_a_revoked_lease) {
+    run([&] { return lock_delay_after_revoke(*this); });
+}
+BOOST_AUTO_TEST_CASE(campaign_and_leader_observer) {
+    run([&] { return campaign_and_observer(*this); });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -100,6 +101,10 @@ void http_flags::add_to(flag_set& flags) {
     flags.add_string("http-addr", address);
     flags.add_string("token", token);
     flags.add_string("datacenter", datacenter);
+    flags.add_string("ca-file", ca_file);
+    flags.add_string("client-cert", client_cert);
+    flags.add_string("client-key", client_key);
+    flags.add_string("tls-server-name", tls_server_name);
 }
 
 consul::client_config http_flags::config() const {
@@ -107,6 +112,10 @@ consul::client_config http_flags::config() const {
     c.address = address;
     c.token = token;
     c.datacenter = datacenter;
+    c.ca_file = ca_file;
+    c.cert_file = client_cert;
+    c.key_file = client_key;
+    c.tls_server_name = tls_server_name;
     return c;
 }
 
@@ -119,7 +128,63 @@ void http_flags::help(std::ostream& os) {
           "  -token=<value>\n"
           "     ACL token sent as X-Consul-Token. Default: CONSUL_HTTP_TOKEN.\n\n"
           "  -datacenter=<name>\n"
-          "     Datacenter to query. Default: the agent's own.\n";
+          "     Datacenter to query. Default: the agent's own.\n\n"
+          "  -ca-file=<path>\n"
+          "     PEM CAs that verify an https:// agent. Default: CONSUL_CACERT, else\n"
+          "     the system's CAs.\n\n"
+          "  -client-cert=<path>, -client-key=<path>\n"
+          "     Client certificate and key, for agents that verify incoming\n"
+          "     connections. Default: CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY.\n\n"
+          "  -tls-server-name=<name>\n"
+          "     Name the agent's certificate must carry (and SNI). Default:\n"
+          "     CONSUL_TLS_SERVER_NAME, else the address's host.\n";
+}
+
+void etcd_flags::add_to(flag_set& flags) { flags.add_string("etcd-endpoints", endpoints); }
+
+bool etcd_flags::selected(flag_set const& flags) const {
+    auto env_set = [](char const* name) {
+        char const* v = std::getenv(name);
+        return v && *v;
+    };
+    bool const flag = flags.was_set("etcd-endpoints");
+    if (flag && flags.was_set("http-addr"))
+        throw usage_error("-http-addr (Consul) and -etcd-endpoints (etcd) exclude each other; give one of them");
+    bool const etcd = flag || (env_set("ETCDCTL_ENDPOINTS") && !flags.was_set("http-addr") && !env_set("CONSUL_HTTP_ADDR"));
+    if (!etcd) return false;
+    if (flag && endpoints.find_first_not_of(", ") == std::string::npos)
+        throw usage_error("-etcd-endpoints needs at least one URL (got \"" + endpoints +
+                          "\"), e.g. -etcd-endpoints http://127.0.0.1:2379");
+    for (char const* consul_only : {"token", "datacenter"})
+        if (flags.was_set(consul_only))
+            throw usage_error(std::string("-") + consul_only + " is a Consul option; it cannot be used with etcd (" +
+                              (flag ? "-etcd-endpoints" : "ETCDCTL_ENDPOINTS") + ")");
+    return true;
+}
+
+etcd::client_config etcd_flags::config() const {
+    etcd::client_config c;
+    std::string_view rest = endpoints;
+    while (!rest.empty()) {
+        auto comma = rest.find(',');
+        auto item = rest.substr(0, comma);
+        while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+        while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+        if (!item.empty()) c.endpoints.emplace_back(item);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+    }
+    return c;  // no endpoints: the client reads ETCDCTL_ENDPOINTS
+}
+
+void etcd_flags::help(std::ostream& os) {
+    os << "etcd Options:\n\n"
+          "  -etcd-endpoints=<URL[,URL...]>\n"
+          "     Use etcd (v3, its JSON gateway) instead of Consul: comma-separated\n"
+          "     client URLs (http://127.0.0.1:2379). Requests fail over between them.\n"
+          "     Without it, ETCDCTL_ENDPOINTS selects etcd when neither -http-addr nor\n"
+          "     CONSUL_HTTP_ADDR is set. Excludes -http-addr, -token and -datacenter.\n"
+          "     Default: none (Consul)\n";
 }
 
 std::string quote(std::string_view value) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <tenure/consul/client.hpp>
+#include <tenure/etcd/client.hpp>
 
 #include <chrono>
 #include <functional>
@@ -59,10 +60,32 @@ struct http_flags {
     std::string address;
     std::string token;
     std::string datacenter;
+    // TLS for https:// addresses (Consul's flag names).
+    std::string ca_file;
+    std::string client_cert;
+    std::string client_key;
+    std::string tls_server_name;
 
     void add_to(flag_set& flags);
     consul::client_config config() const;
     // The usage lines of these flags.
+    static void help(std::ostream& os);
+};
+
+// -etcd-endpoints: etcd (its v3 JSON gateway) instead of Consul. The backend
+// is etcd when -etcd-endpoints is given, or when ETCDCTL_ENDPOINTS is set and
+// neither -http-addr nor CONSUL_HTTP_ADDR is (explicit flags first; among
+// environment variables Consul's wins, as before etcd support).
+struct etcd_flags {
+    std::string endpoints;  // "URL[,URL...]"
+
+    void add_to(flag_set& flags);
+    // Whether the command runs on etcd; throws usage_error for flags that
+    // contradict each other (-http-addr with -etcd-endpoints, -token or
+    // -datacenter on etcd, an empty -etcd-endpoints).
+    bool selected(flag_set const& flags) const;
+    etcd::client_config config() const;
+    // The usage lines of this flag.
     static void help(std::ostream& os);
 };
 

@@ -1,4 +1,5 @@
-// `tenure leader [-watch] <key>`: who holds a lock key, once or as it changes.
+// `tenure leader [-watch] <key>`: who holds a lock key (on etcd: who leads an
+// election), once or as it changes.
 //
 // One line per answer on stdout, flushed at once:
 //   leader value="node-a" session=<session id> lock_index=3
@@ -37,8 +38,7 @@ std::string leader_line(std::optional<leader_info> const& l) {
 // Prints the holder; with `watch`, then every change until cancelled. A read
 // that fails after the first answer is retried with a growing pause (a watch
 // rides out an agent restart); the first one failing is an error.
-asio::awaitable<int> observe(consul::client& client, std::string key, bool watch, bool const& interrupted) {
-    leader_observer observer(client, key);
+asio::awaitable<int> observe(leader_observer& observer, std::string key, bool watch, bool const& interrupted) {
     bool answered = false;
     auto pause = 500ms;
     for (;;) {
@@ -79,38 +79,59 @@ void leader_help(std::ostream& os) {
           "  With -watch it prints the current holder, then one line each time the\n"
           "  holder changes (blocking queries, no polling), until SIGINT or SIGTERM\n"
           "  (exit 0). Errors after the first answer are retried.\n\n"
-          "  Exit status: 0 on success; 1 for bad usage or when the agent cannot be\n"
-          "  queried.\n\n"
+          "  On etcd (-etcd-endpoints, or ETCDCTL_ENDPOINTS) <key> is the election\n"
+          "  name, as for `etcdctl elect -l <name>` (for `tenure lock -etcd-endpoints\n"
+          "  ... <prefix>` the prefix): the leader is the oldest key under <key>/,\n"
+          "  session is its lease id in hex and lock_index its create revision (the\n"
+          "  fencing token). -watch follows one etcd watch.\n\n"
+          "  Exit status: 0 on success; 1 for bad usage or when the agent (or etcd)\n"
+          "  cannot be queried.\n\n"
           "Options:\n\n"
           "  -watch\n"
           "     Keep watching and print every change of holder. Default: false\n\n";
     http_flags::help(os);
+    os << '\n';
+    etcd_flags::help(os);
 }
 
 int run_leader(std::vector<std::string> args) {
     bool watch = false;
     http_flags http;
+    etcd_flags etcd_opts;
     flag_set flags;
     flags.add_bool("watch", watch);
     http.add_to(flags);
+    etcd_opts.add_to(flags);
     auto const rest = flags.parse(args);
     if (flags.help_requested()) {
         leader_help(std::cout);
         return 0;
     }
-    if (rest.empty()) throw usage_error("a key must be specified");
-    if (rest.size() > 1) throw usage_error("exactly one key must be specified (got " + std::to_string(rest.size()) + ")");
+    if (rest.empty()) throw usage_error("a key must be specified (got none)");
+    if (rest.size() > 1)
+        throw usage_error("exactly one key must be specified (got " + std::to_string(rest.size()) +
+                          "); flags go before the key");
+    bool const on_etcd = etcd_opts.selected(flags);
     std::string key = rest.front();
     while (!key.empty() && key.front() == '/') key.erase(0, 1);
-    if (key.empty()) throw usage_error("the key must not be empty");
+    if (key.empty()) throw usage_error("the key must not be empty (got " + quote(rest.front()) + ")");
 
     asio::io_context io{1};
     asio::signal_set signals(io, SIGINT, SIGTERM);
     std::unique_ptr<consul::client> client;
+    std::unique_ptr<etcd::client> etcd_client;
+    std::unique_ptr<leader_observer> observer;
     try {
-        client = std::make_unique<consul::client>(io.get_executor(), http.config());
+        if (on_etcd) {
+            etcd_client = std::make_unique<etcd::client>(io.get_executor(), etcd_opts.config());
+            observer = std::make_unique<leader_observer>(*etcd_client, key);
+        } else {
+            client = std::make_unique<consul::client>(io.get_executor(), http.config());
+            observer = std::make_unique<leader_observer>(*client, key);
+        }
     } catch (std::exception const& e) {
-        std::cerr << "tenure leader: Error connecting to Consul agent: " << describe(e) << '\n';
+        std::cerr << "tenure leader: Error connecting to " << (on_etcd ? "etcd" : "Consul agent") << ": "
+                  << describe(e) << '\n';
         return 1;
     }
 
@@ -122,7 +143,7 @@ int run_leader(std::vector<std::string> args) {
         interrupted = true;
         stop.emit(asio::cancellation_type::terminal);
     });
-    asio::co_spawn(io, observe(*client, key, watch, interrupted),
+    asio::co_spawn(io, observe(*observer, key, watch, interrupted),
                    asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr e, int code) {
                        rc = code;
                        if (e) {
@@ -134,7 +155,8 @@ int run_leader(std::vector<std::string> args) {
                            rc = interrupted && watch ? 0 : 1;
                        }
                        signals.cancel();
-                       client->close();
+                       if (client) client->close();
+                       if (etcd_client) etcd_client->close();
                    }));
     io.run();
     return rc;

@@ -82,13 +82,21 @@ struct lock_config {
     bool verbose = false;
     bool child_exit_code = false;
     http_flags http;
+    etcd_flags etcd;
+    bool on_etcd = false;
     std::chrono::nanoseconds session_ttl = 15s;
     std::chrono::nanoseconds lock_delay = 15s;
+    bool lock_delay_set = false;  // on etcd the lock-delay applies only when given
     std::chrono::nanoseconds kill_grace = 5s;
 
     std::string prefix;
     std::vector<std::string> child_args;
-    std::string key() const { return prefix.empty() ? std::string(".lock") : prefix + "/.lock"; }
+    // Consul: the key <prefix>/.lock. etcd: the election name <prefix> (keys
+    // <prefix>/<lease hex>, as `etcdctl lock` and `etcdctl elect` use).
+    std::string key() const {
+        if (on_etcd) return prefix;
+        return prefix.empty() ? std::string(".lock") : prefix + "/.lock";
+    }
 };
 
 std::string join(std::vector<std::string> const& v, char sep = ' ') {
@@ -258,7 +266,8 @@ public:
 
     // Resolves the program before anything touches the agent.
     void prepare();
-    asio::awaitable<int> run(consul::client& client);
+    // Exactly one of the clients is given.
+    asio::awaitable<int> run(consul::client* client, etcd::client* etcd_client);
     asio::awaitable<void> signal_loop();
     // Stops waiting for signals (the io_context can then run out of work).
     void finish() {
@@ -348,11 +357,20 @@ void lock_command::prepare() {
 void lock_command::print_timing() const {
     auto const ttl = cfg_.session_ttl;
     auto const grace = cfg_.kill_grace;
-    auto const delay = std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(cfg_.lock_delay, 0s), 60s);
-    info("timing: session TTL " + seconds(ttl) + ", lock-delay " + seconds(cfg_.lock_delay) + ", kill grace " +
+    bool const on_etcd = cfg_.on_etcd;
+    // On etcd the lock-delay is the waiting candidate's own, and only when given.
+    auto const effective_delay = on_etcd && !cfg_.lock_delay_set ? std::chrono::nanoseconds{0} : cfg_.lock_delay;
+    auto const delay = on_etcd ? std::max<std::chrono::nanoseconds>(effective_delay, 0s)
+                            : std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(cfg_.lock_delay, 0s), 60s);
+    info("timing: session TTL " + seconds(ttl) + ", lock-delay " + seconds(effective_delay) + ", kill grace " +
          seconds(grace));
-    info("timing: renewal every " + seconds(ttl / 2) + " (TTL/2); after a failed renewal, a retry at least every " +
-         seconds(std::min<std::chrono::nanoseconds>(1s, std::max<std::chrono::nanoseconds>(ttl / 4, 1ms))));
+    if (on_etcd)
+        info("timing: etcd lease of TTL rounded up to whole seconds; keepalive every " + seconds(ttl / 3) +
+             " (TTL/3); after a failed keepalive, a retry at least every " +
+             seconds(std::min<std::chrono::nanoseconds>(1s, std::max<std::chrono::nanoseconds>(ttl / 4, 1ms))));
+    else
+        info("timing: renewal every " + seconds(ttl / 2) + " (TTL/2); after a failed renewal, a retry at least every " +
+             seconds(std::min<std::chrono::nanoseconds>(1s, std::max<std::chrono::nanoseconds>(ttl / 4, 1ms))));
     info("timing: local deadline = send time of the last acknowledged renewal + TTL (" + seconds(ttl) +
          "); the lock counts as lost there, whether or not the agent is reachable");
     if (grace < ttl / 2) {
@@ -364,11 +382,20 @@ void lock_command::print_timing() const {
              "): the child's process group gets SIGTERM as soon as a renewal fails, and SIGKILL " + seconds(grace) +
              " later, which can be after the local deadline; use -kill-grace < TTL/2 to have SIGKILL land by it");
     }
-    info("timing: margin the old holder has to stop: TTL = " + seconds(ttl) +
-         " (it stops at its local deadline; the server invalidates a session no earlier than 2 x TTL = " +
-         seconds(2 * ttl) + " after the last renewal it received, then applies the lock-delay)");
-    info("timing: worst-case gap after a crash of this process: 2 x TTL + lock-delay = " + seconds(2 * ttl + delay) +
-         " before another holder can take the lock");
+    if (on_etcd) {
+        info("timing: etcd expires the lease no earlier than TTL after the last keepalive it received, and this "
+             "process stops at its local deadline, which comes first; a waiting candidate started with -lock-delay "
+             "then waits that long before it leads");
+        info("timing: worst-case gap after a crash of this process: TTL (rounded up to seconds) + lock-delay = " +
+             seconds(std::chrono::ceil<std::chrono::seconds>(ttl) + delay) +
+             " before another holder can take the lock (the lock-delay of the next candidate, if it set one)");
+    } else {
+        info("timing: margin the old holder has to stop: TTL = " + seconds(ttl) +
+             " (it stops at its local deadline; the server invalidates a session no earlier than 2 x TTL = " +
+             seconds(2 * ttl) + " after the last renewal it received, then applies the lock-delay)");
+        info("timing: worst-case gap after a crash of this process: 2 x TTL + lock-delay = " +
+             seconds(2 * ttl + delay) + " before another holder can take the lock");
+    }
     info("-monitor-retry " + std::to_string(cfg_.monitor_retry) +
          " is accepted for compatibility: tenure retries transient errors until the session's local deadline");
 }
@@ -401,9 +428,12 @@ asio::awaitable<void> lock_command::signal_loop() {
     }
 }
 
-asio::awaitable<int> lock_command::run(consul::client& client) {
-    // consul lock asks the agent for its node name before anything else.
-    {
+asio::awaitable<int> lock_command::run(consul::client* consul_client, etcd::client* etcd_client) {
+    if (etcd_client) {
+        info("etcd endpoints " + join(etcd_client->config().endpoints, ','));
+    } else {
+        // consul lock asks the agent for its node name before anything else.
+        consul::client& client = *consul_client;
         std::optional<consul::agent_info> self;
         std::string failure;
         try {
@@ -424,7 +454,9 @@ asio::awaitable<int> lock_command::run(consul::client& client) {
         info("agent node " + quote(self->node_name) + ", datacenter " + quote(self->datacenter));
     }
 
-    if (cfg_.limit == 1) {
+    if (etcd_client) {
+        info("Setting up lock at election name: " + cfg_.key() + " (keys " + cfg_.key() + "/<lease id in hex>)");
+    } else if (cfg_.limit == 1) {
         info("Setting up lock at path: " + cfg_.key());
     } else {
         info("Setting up semaphore (limit " + std::to_string(cfg_.limit) + ") at prefix: " + cfg_.prefix);
@@ -435,13 +467,15 @@ asio::awaitable<int> lock_command::run(consul::client& client) {
     so.name = cfg_.name;
     so.ttl = cfg_.session_ttl;
     so.lock_delay = cfg_.lock_delay;
+    so.lock_delay_on_etcd = cfg_.lock_delay_set;
     // A semaphore's contender key goes with its session, as in consul lock.
     if (cfg_.limit > 1) so.behavior = consul::session_behavior::delete_keys;
     std::optional<session> s;
     {
         std::string failure;
         try {
-            auto op = session::create(client, so, asio::use_awaitable);
+            auto op = etcd_client ? session::create(*etcd_client, so, asio::use_awaitable)
+                                  : session::create(*consul_client, so, asio::use_awaitable);
             auto stop = shutdown_.wait();
             s = co_await tenure::detail::race(std::move(op), std::move(stop));
         } catch (std::exception const& e) {
@@ -817,21 +851,35 @@ lock_config parse_lock_flags(std::vector<std::string> const& args, bool& help) {
     flags.add_duration("lock-delay", cfg.lock_delay);
     flags.add_duration("kill-grace", cfg.kill_grace);
     cfg.http.add_to(flags);
+    cfg.etcd.add_to(flags);
     auto rest = flags.parse(args);
     help = flags.help_requested();
     if (help) return cfg;
 
-    if (cfg.limit <= 0) throw usage_error("Lock holder limit must be positive");
-    if (rest.size() < 2) throw usage_error("Key prefix and child command must be specified");
-    if (cfg.timeout.count() < 0) throw usage_error("Timeout must be positive");
-    if (cfg.monitor_retry < 0) throw usage_error("Number for 'monitor-retry' must be >= 0");
-    if (cfg.session_ttl.count() <= 0) throw usage_error("-session-ttl must be positive");
-    if (cfg.lock_delay.count() < 0) throw usage_error("-lock-delay must not be negative");
-    if (cfg.kill_grace.count() < 0) throw usage_error("-kill-grace must not be negative");
+    auto const d = [](std::chrono::nanoseconds v) { return format_go_duration(v); };
+    if (cfg.limit <= 0) throw usage_error("-n must be >= 1 (got " + std::to_string(cfg.limit) + ")");
+    if (rest.empty()) throw usage_error("a key prefix and a child command must be specified (got neither)");
+    if (rest.size() < 2)
+        throw usage_error("a child command must be specified after the prefix " + quote(rest.front()));
+    if (cfg.timeout.count() < 0) throw usage_error("-timeout must be >= 0 (got " + d(cfg.timeout) + "); 0 waits forever");
+    if (cfg.monitor_retry < 0)
+        throw usage_error("-monitor-retry must be >= 0 (got " + std::to_string(cfg.monitor_retry) + ")");
+    if (cfg.session_ttl.count() <= 0) throw usage_error("-session-ttl must be > 0 (got " + d(cfg.session_ttl) + ")");
+    if (cfg.lock_delay.count() < 0)
+        throw usage_error("-lock-delay must be >= 0 (got " + d(cfg.lock_delay) + "); 0 disables it");
+    if (cfg.kill_grace.count() < 0) throw usage_error("-kill-grace must be >= 0 (got " + d(cfg.kill_grace) + ")");
+    cfg.on_etcd = cfg.etcd.selected(flags);
+    cfg.lock_delay_set = flags.was_set("lock-delay");
 
     std::string prefix = rest.front();
     while (!prefix.empty() && prefix.front() == '/') prefix.erase(0, 1);
     cfg.prefix = clean_prefix(prefix);
+    if (cfg.on_etcd && cfg.limit > 1)
+        throw usage_error("-n > 1 (a semaphore) is Consul-only; with etcd use -n 1 (got -n " +
+                          std::to_string(cfg.limit) + ")");
+    if (cfg.on_etcd && cfg.prefix.empty())
+        throw usage_error("with etcd the prefix names the election and must not be empty (got " +
+                          quote(rest.front()) + ")");
     cfg.child_args.assign(rest.begin() + 1, rest.end());
     if (cfg.name.empty()) cfg.name = "Consul lock for '" + join(cfg.child_args) + "' at '" + prefix + "'";
     return cfg;
@@ -866,6 +914,14 @@ void lock_help(std::ostream& os) {
           "  is stopped the same way; then the lock is released and the session\n"
           "  destroyed. Unlike consul lock, the key is left in place (free), so its\n"
           "  LockIndex, the fencing token, keeps growing across holders.\n\n"
+          "  On etcd (-etcd-endpoints, or ETCDCTL_ENDPOINTS; see below) the prefix\n"
+          "  names an etcd election: the session is a lease, the candidate key is\n"
+          "  <prefix>/<lease id in hex> (etcd's own scheme, shared with `etcdctl lock\n"
+          "  <prefix>` and `etcdctl elect <prefix>`), the oldest key holds the lock, and\n"
+          "  the fencing token is its create revision. The child gets the same\n"
+          "  variables (TENURE_LOCK_KEY is the candidate key, TENURE_SESSION the lease\n"
+          "  id in hex); everything else above applies. -n must be 1 there, and\n"
+          "  `tenure leader -etcd-endpoints ... <prefix>` shows the holder.\n\n"
           "  Exit status: 0 when the child ran, also when it was stopped because the\n"
           "  lock was lost; 2 with -child-exit-code when the child exited non-zero (or\n"
           "  could not be started); 1 for bad usage, an unreachable agent, setup and\n"
@@ -901,14 +957,21 @@ void lock_help(std::ostream& os) {
           "  -child-exit-code\n"
           "     Exit 2 when the child exited non-zero. Default: false\n\n"
           "  -session-ttl=<duration>\n"
-          "     TTL of the lock's session; renewed every TTL/2. Default: 15s\n\n"
+          "     TTL of the lock's session; renewed every TTL/2 (etcd: a lease of TTL\n"
+          "     rounded up to whole seconds, kept alive every TTL/3). Default: 15s\n\n"
           "  -lock-delay=<duration>\n"
           "     Lock-delay of the session: after an invalidation (not a clean release)\n"
-          "     nobody can take the key for this long. 0 disables it. Default: 15s\n\n"
+          "     nobody can take the key for this long. 0 disables it. On etcd, which\n"
+          "     has no lock-delay, this process applies it while waiting: when the\n"
+          "     holder before it lost its lease (not a clean release) it leads only\n"
+          "     this long after; there it applies only when the flag is given.\n"
+          "     Default: 15s (Consul); none on etcd\n\n"
           "  -kill-grace=<duration>\n"
           "     Time between SIGTERM and SIGKILL to the child's process group.\n"
           "     Default: 5s\n\n";
     http_flags::help(os);
+    os << '\n';
+    etcd_flags::help(os);
 }
 
 int run_lock(std::vector<std::string> args) {
@@ -926,6 +989,8 @@ int run_lock(std::vector<std::string> args) {
 
     asio::io_context io{1};
     consul::client_config const cmd_http_config = cfg.http.config();
+    etcd::client_config const cmd_etcd_config = cfg.etcd.config();
+    bool const on_etcd = cfg.on_etcd;
     lock_command cmd(std::move(cfg), io.get_executor());
     try {
         cmd.prepare();
@@ -935,16 +1000,20 @@ int run_lock(std::vector<std::string> args) {
     }
 
     std::optional<consul::client> client;
+    std::optional<etcd::client> etcd_client;
     try {
-        client.emplace(io.get_executor(), cmd_http_config);
+        if (on_etcd) etcd_client.emplace(io.get_executor(), cmd_etcd_config);
+        else client.emplace(io.get_executor(), cmd_http_config);
     } catch (std::exception const& e) {
-        std::cerr << "tenure lock: Error connecting to Consul agent: " << describe(e) << '\n';
+        std::cerr << "tenure lock: Error connecting to " << (on_etcd ? "etcd" : "Consul agent") << ": " << describe(e)
+                  << '\n';
         return 1;
     }
 
     int rc = 1;
     asio::co_spawn(io, cmd.signal_loop(), asio::detached);
-    asio::co_spawn(io, cmd.run(*client), [&](std::exception_ptr e, int code) {
+    asio::co_spawn(io, cmd.run(client ? &*client : nullptr, etcd_client ? &*etcd_client : nullptr),
+                   [&](std::exception_ptr e, int code) {
         rc = code;
         if (e) {
             try {
@@ -957,7 +1026,8 @@ int run_lock(std::vector<std::string> args) {
         // Let what the library still has in flight (a monitor's last
         // blocking query) wind down: close the client's connections.
         cmd.finish();
-        client->close();
+        if (client) client->close();
+        if (etcd_client) etcd_client->close();
     });
     io.run();
     return rc;

@@ -1,32 +1,33 @@
-// tenure::etcd::client — etcd v3 through its JSON gateway (grpc-gateway,
-// etcd 3.4: POST /v3/...) as C++20 coroutines on the caller's executor.
-//
-// Operations return asio::awaitable<T> and throw tenure::etcd::api_error (a
-// boost::system::system_error) on failure. The error_code is in tenure's
-// category (error::lease_not_found, error::etcd_compacted,
-// error::etcd_unavailable, error::etcd_error, ...) or an Asio code for
-// transport failures (connection_refused, timed_out, operation_aborted); the
-// gRPC code, the server's message and the HTTP status are carried along.
-//
-// Wire conventions handled here so callers never see them: keys and values
-// are raw bytes (base64 on the wire), int64 fields travel as JSON strings,
-// and fields whose value is zero are omitted by the gateway (a missing field
-// reads as 0 / false / empty).
-//
-// Endpoints and failover: requests go to the endpoint that last answered. On
-// a connection failure, a timeout, an I/O error before the answer, or an HTTP
-// 503 (gRPC Unavailable: no leader, request timed out) the same request is
-// sent to the next endpoint, each endpoint once. A mutation whose answer was
-// lost may therefore be applied twice (at-least-once), as with any retry.
-//
-// Unary requests share a small keep-alive pool per endpoint; each watch has
-// its own connection. No threads: everything runs on the client's executor.
-// Per-operation (terminal) cancellation of the awaiting coroutine aborts the
-// request (api_error with boost::asio::error::operation_aborted).
-//
-// g++ 12 note: name structs and vectors before passing them to an operation
-// inside co_await (`auto cmp = ...; co_await c.txn(cmp, ...)`), never build a
-// braced temporary inside the co_await expression.
+/// @file
+/// tenure::etcd::client — etcd v3 through its JSON gateway (grpc-gateway,
+/// etcd 3.4: POST /v3/...) as C++20 coroutines on the caller's executor.
+///
+/// Operations return asio::awaitable<T> and throw tenure::etcd::api_error (a
+/// boost::system::system_error) on failure. The error_code is in tenure's
+/// category (error::lease_not_found, error::etcd_compacted,
+/// error::etcd_unavailable, error::etcd_error, ...) or an Asio code for
+/// transport failures (connection_refused, timed_out, operation_aborted); the
+/// gRPC code, the server's message and the HTTP status are carried along.
+///
+/// Wire conventions handled here so callers never see them: keys and values
+/// are raw bytes (base64 on the wire), int64 fields travel as JSON strings,
+/// and fields whose value is zero are omitted by the gateway (a missing field
+/// reads as 0 / false / empty).
+///
+/// Endpoints and failover: requests go to the endpoint that last answered. On
+/// a connection failure, a timeout, an I/O error before the answer, or an HTTP
+/// 503 (gRPC Unavailable: no leader, request timed out) the same request is
+/// sent to the next endpoint, each endpoint once. A mutation whose answer was
+/// lost may therefore be applied twice (at-least-once), as with any retry.
+///
+/// Unary requests share a small keep-alive pool per endpoint; each watch has
+/// its own connection. No threads: everything runs on the client's executor.
+/// Per-operation (terminal) cancellation of the awaiting coroutine aborts the
+/// request (api_error with boost::asio::error::operation_aborted).
+///
+/// g++ 12 note: name structs and vectors before passing them to an operation
+/// inside co_await (`auto cmp = ...; co_await c.txn(cmp, ...)`), never build a
+/// braced temporary inside the co_await expression.
 #pragma once
 
 #include <tenure/error.hpp>
@@ -47,32 +48,32 @@
 namespace tenure::etcd {
 
 struct client_config {
-    // "http://127.0.0.1:2379", "127.0.0.1:2379" or "localhost:2379". Empty:
-    // ETCDCTL_ENDPOINTS (comma-separated), else http://127.0.0.1:2379.
+    /// "http://127.0.0.1:2379", "127.0.0.1:2379" or "localhost:2379". Empty:
+    /// ETCDCTL_ENDPOINTS (comma-separated), else http://127.0.0.1:2379.
     std::vector<std::string> endpoints;
-    // Deadline of one attempt on one endpoint (connect + write + read). A
-    // request that fails over may take up to endpoints.size() times this.
-    // Opening a watch (up to its `created` answer) uses it too.
+    /// Deadline of one attempt on one endpoint (connect + write + read). A
+    /// request that fails over may take up to endpoints.size() times this.
+    /// Opening a watch (up to its `created` answer) uses it too.
     std::chrono::milliseconds request_timeout{5'000};
-    // Idle keep-alive connections kept per endpoint.
+    /// Idle keep-alive connections kept per endpoint.
     std::size_t max_idle_connections = 8;
 };
 
-// The error thrown by every client operation that fails.
+/// The error thrown by every client operation that fails.
 class api_error : public boost::system::system_error {
 public:
     api_error(boost::system::error_code ec, unsigned http_status, int grpc_code, std::string server_message,
               std::int64_t compact_revision = 0);
-    // 0 when the failure was not an HTTP answer (connect, timeout, parse).
+    /// 0 when the failure was not an HTTP answer (connect, timeout, parse).
     unsigned http_status() const noexcept { return status_; }
-    // The gRPC status code the gateway reported (5 NotFound, 11 OutOfRange,
-    // 14 Unavailable, ...); 0 when there was none.
+    /// The gRPC status code the gateway reported (5 NotFound, 11 OutOfRange,
+    /// 14 Unavailable, ...); 0 when there was none.
     int grpc_code() const noexcept { return grpc_code_; }
-    // The gateway's message ("etcdserver: requested lease not found"), or for
-    // transport failures what failed ("POST /v3/kv/put on 127.0.0.1:2379: ...").
+    /// The gateway's message ("etcdserver: requested lease not found"), or for
+    /// transport failures what failed ("POST /v3/kv/put on 127.0.0.1:2379: ...").
     std::string const& server_message() const noexcept { return message_; }
-    // For error::etcd_compacted raised by a watch: the compaction revision
-    // (resume by reading at or after it). 0 otherwise.
+    /// For error::etcd_compacted raised by a watch: the compaction revision
+    /// (resume by reading at or after it). 0 otherwise.
     std::int64_t compact_revision() const noexcept { return compact_revision_; }
 
 private:
@@ -82,7 +83,7 @@ private:
     std::int64_t compact_revision_;
 };
 
-// ResponseHeader. Nested txn responses carry only `revision`.
+/// ResponseHeader. Nested txn responses carry only `revision`.
 struct response_header {
     std::uint64_t cluster_id = 0;
     std::uint64_t member_id = 0;
@@ -90,7 +91,7 @@ struct response_header {
     std::uint64_t raft_term = 0;
 };
 
-// mvccpb.KeyValue.
+/// mvccpb.KeyValue.
 struct key_value {
     std::string key;    // raw bytes
     std::string value;  // raw bytes; empty when keys_only or for a DELETE event
@@ -113,8 +114,8 @@ struct lease_grant_response {
 enum class sort_order { none, ascend, descend };
 enum class sort_target { key, version, create, mod, value };
 
-// Everything of a RangeRequest but the key and range_end (kept trivially
-// destructible so it can be built inline).
+/// Everything of a RangeRequest but the key and range_end (kept trivially
+/// destructible so it can be built inline).
 struct range_options {
     std::int64_t limit = 0;     // 0: no limit
     std::int64_t revision = 0;  // 0: the current revision
@@ -159,7 +160,7 @@ struct delete_response {
 enum class compare_target { version, create, mod, value, lease };
 enum class compare_result { equal, greater, less, not_equal };
 
-// One Compare of a txn: `target(key) result operand`.
+/// One Compare of a txn: `target(key) result operand`.
 struct compare {
     std::string key;
     compare_target target = compare_target::create;
@@ -220,17 +221,17 @@ struct watch_options {
     bool no_delete = false;        // filter out DELETE events
 };
 
-// One WatchResponse as next() hands it out: a batch of events (in revision
-// order) or, with progress_notify, an empty batch carrying the revision.
+/// One WatchResponse as next() hands it out: a batch of events (in revision
+/// order) or, with progress_notify, an empty batch carrying the revision.
 struct watch_response {
     response_header header;
     std::int64_t watch_id = 0;
     std::vector<event> events;
 };
 
-// One watch on its own HTTP connection (POST /v3/watch, a streaming answer).
-// Move-only; destroying or close()-ing it closes the connection, which is how
-// etcd's gateway ends a watch.
+/// One watch on its own HTTP connection (POST /v3/watch, a streaming answer).
+/// Move-only; destroying or close()-ing it closes the connection, which is how
+/// etcd's gateway ends a watch.
 class watch_stream {
 public:
     watch_stream() = default;
@@ -240,23 +241,23 @@ public:
     watch_stream(watch_stream const&) = delete;
     watch_stream& operator=(watch_stream const&) = delete;
 
-    // The next response with events (or a progress notification). Throws
-    // api_error with:
-    //   error::etcd_compacted   the start revision was compacted; compact_revision() says where
-    //                           history begins (re-read, then watch from the read's revision + 1)
-    //   error::watch_canceled   etcd canceled the watch for another reason
-    //   error::etcd_unavailable etc.  an error message on the stream (e.g. "etcdserver: no leader")
-    //   an Asio code            the connection failed or ended
-    // Cancelling the awaiting coroutine closes the stream (operation_aborted).
-    // After an exception the stream is closed; next() throws again
-    // (not_connected). One next() at a time per stream.
+    /// The next response with events (or a progress notification). Throws
+    /// api_error with:
+    ///   error::etcd_compacted   the start revision was compacted; compact_revision() says where
+    ///                           history begins (re-read, then watch from the read's revision + 1)
+    ///   error::watch_canceled   etcd canceled the watch for another reason
+    ///   error::etcd_unavailable etc.  an error message on the stream (e.g. "etcdserver: no leader")
+    ///   an Asio code            the connection failed or ended
+    /// Cancelling the awaiting coroutine closes the stream (operation_aborted).
+    /// After an exception the stream is closed; next() throws again
+    /// (not_connected). One next() at a time per stream.
     boost::asio::awaitable<watch_response> next();
 
-    // The `created` answer's header (its revision is the watch's start point
-    // when no start_revision was given).
+    /// The `created` answer's header (its revision is the watch's start point
+    /// when no start_revision was given).
     response_header const& created_header() const noexcept;
     std::int64_t watch_id() const noexcept;
-    // The endpoint the watch is connected to.
+    /// The endpoint the watch is connected to.
     std::string const& endpoint() const noexcept;
     bool is_open() const noexcept;
     void close() noexcept;
@@ -279,10 +280,10 @@ struct member_status {
     std::uint64_t raft_term = 0;
 };
 
-// The range end that selects every key starting with `prefix` (etcd's
-// GetPrefixRangeEnd): the prefix with its last byte below 0xff incremented
-// and what follows dropped; "\0" (all keys from the key on) when every byte
-// is 0xff or the prefix is empty.
+/// The range end that selects every key starting with `prefix` (etcd's
+/// GetPrefixRangeEnd): the prefix with its last byte below 0xff incremented
+/// and what follows dropped; "\0" (all keys from the key on) when every byte
+/// is 0xff or the prefix is empty.
 std::string prefix_end(std::string_view prefix);
 
 class client {
@@ -293,23 +294,23 @@ public:
     client& operator=(client const&) = delete;
 
     boost::asio::any_io_executor get_executor() const noexcept;
-    // The configuration with its endpoints normalized ("http://host:port").
+    /// The configuration with its endpoints normalized ("http://host:port").
     client_config const& config() const noexcept;
-    // The endpoint the next request goes to first (the last one that answered).
+    /// The endpoint the next request goes to first (the last one that answered).
     std::string const& current_endpoint() const noexcept;
 
-    // Closes idle connections and aborts requests in flight (not watches).
+    /// Closes idle connections and aborts requests in flight (not watches).
     void close();
 
     // ---- lease ----
     // ttl in seconds; id 0 lets etcd choose the ID.
     boost::asio::awaitable<lease_grant_response> lease_grant(std::int64_t ttl_seconds, std::int64_t id = 0);
-    // One keep-alive (one POST on /v3/lease/keepalive). The remaining TTL in
-    // seconds, or 0 when etcd no longer knows the lease.
+    /// One keep-alive (one POST on /v3/lease/keepalive). The remaining TTL in
+    /// seconds, or 0 when etcd no longer knows the lease.
     boost::asio::awaitable<std::int64_t> lease_keepalive(std::int64_t id);
-    // Throws error::lease_not_found for an unknown lease.
+    /// Throws error::lease_not_found for an unknown lease.
     boost::asio::awaitable<void> lease_revoke(std::int64_t id);
-    // The remaining TTL in seconds; -1 when the lease is gone.
+    /// The remaining TTL in seconds; -1 when the lease is gone.
     boost::asio::awaitable<std::int64_t> lease_time_to_live(std::int64_t id);
 
     // ---- KV ----
@@ -322,7 +323,7 @@ public:
                                                          bool prev_kv = false);
     boost::asio::awaitable<txn_response> txn(std::vector<compare> compares, std::vector<request_op> success,
                                              std::vector<request_op> failure);
-    // Compacts history up to `revision` (POST /v3/kv/compaction).
+    /// Compacts history up to `revision` (POST /v3/kv/compaction).
     boost::asio::awaitable<response_header> compact(std::int64_t revision, bool physical = false);
 
     // ---- watch ----
