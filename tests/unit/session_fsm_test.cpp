@@ -46,6 +46,24 @@ BOOST_AUTO_TEST_CASE(failed_renewals_enter_jeopardy_and_retry_every_second) {
     BOOST_TEST((f.local_deadline() == t0 + 19s + 600ms));
 }
 
+// Found by the simulation (tests/sim, seed 77): with TTL 2 s a renewal sent
+// at TTL/2 that times out at its cap (TTL/4 later) used to schedule the retry
+// a retry interval after the failure, exactly on the local deadline: no retry.
+BOOST_AUTO_TEST_CASE(a_timed_out_renewal_is_retried_before_the_deadline) {
+    session_fsm f(2s, t0);
+    BOOST_TEST((f.next_renew() == t0 + 1s));
+    f.renew_failed(t0 + 1s, t0 + 1s + 500ms);  // sent at 1 s, timed out at 1.5 s
+    BOOST_TEST((f.state() == session_state::jeopardy));
+    BOOST_TEST((f.next_renew() == t0 + 1s + 500ms));  // at once: the interval since the send has passed
+    BOOST_TEST((f.next_renew() < f.local_deadline()));
+    f.renew_succeeded(t0 + 1s + 500ms, t0 + 1s + 501ms);  // the retry gets through
+    BOOST_TEST((f.state() == session_state::healthy));
+    BOOST_TEST((f.local_deadline() == t0 + 3s + 500ms));
+    // A quick failure still waits out the interval from its send.
+    f.renew_failed(t0 + 2s + 500ms, t0 + 2s + 510ms);
+    BOOST_TEST((f.next_renew() == t0 + 3s));
+}
+
 BOOST_AUTO_TEST_CASE(short_ttls_retry_four_times_per_ttl) {
     session_fsm f(200ms, t0);
     BOOST_TEST((f.retry_interval() == 50ms));

@@ -42,8 +42,13 @@ public:
 
     // When the holder must consider itself expired (time_point::max() without a TTL).
     time_point local_deadline() const noexcept {
-        return has_ttl() ? last_ack_sent_ + ttl_ : time_point::max();
+        return has_ttl() && !ignore_local_deadline_ ? last_ack_sent_ + ttl_ : time_point::max();
     }
+
+    // TEST ONLY: the planted bug of the deterministic simulation (tests/sim):
+    // the session never expires locally, so a partitioned or paused holder
+    // keeps believing it leads. Nothing in the library calls this.
+    void ignore_local_deadline_for_testing() noexcept { ignore_local_deadline_ = true; }
     time_point next_renew() const noexcept { return has_ttl() ? next_renew_ : time_point::max(); }
     // The instant the driver must wake: the next renewal or the deadline.
     time_point next_wakeup() const noexcept { return std::min(next_renew(), local_deadline()); }
@@ -63,14 +68,20 @@ public:
         if (now >= local_deadline()) lose(error::lease_expired_locally);
     }
 
-    void renew_failed(time_point now) {
+    void renew_failed(time_point now) { renew_failed(now, now); }
+
+    // A renewal sent at `sent_at` failed at `now`: the next try comes one
+    // retry interval after that send, or at once when the attempt itself took
+    // longer (a timed-out attempt must not push the retry onto the deadline:
+    // with TTL <= 4 s a timeout at TTL/4 would otherwise leave no retry).
+    void renew_failed(time_point sent_at, time_point now) {
         if (state_ == session_state::lost) return;
         if (now >= local_deadline()) {
             lose(error::lease_expired_locally);
             return;
         }
         state_ = session_state::jeopardy;
-        next_renew_ = std::min(now + retry_interval(), local_deadline());
+        next_renew_ = std::min(std::max(now, sent_at + retry_interval()), local_deadline());
     }
 
     // The server answered 404: the session is gone.
@@ -92,6 +103,7 @@ public:
 private:
     duration ttl_;
     int divisor_ = 2;
+    bool ignore_local_deadline_ = false;  // test-only, see ignore_local_deadline_for_testing()
     time_point last_ack_sent_;
     time_point next_renew_;
     session_state state_ = session_state::healthy;

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ with clang-14 (ASan + UBSan) and runs
+# each for a bounded time from the seed corpus in fuzz/corpus/<target>/.
+#   FUZZ_BUILD_DIR=dir   build directory (default: build-fuzz)
+#   FUZZ_SECONDS=N       run time per target (default: 25)
+#   FUZZ_TARGETS="a b"   which targets (default: all three)
+# New inputs the fuzzer finds stay in <build>/corpus/<target>/ (the repo's
+# corpus is only read). A crash leaves its input in <build>/artifacts/ and
+# the script prints the command that reproduces it; the exit code is then 1.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
+seconds=${FUZZ_SECONDS:-25}
+targets=${FUZZ_TARGETS:-"fuzz_agent_http fuzz_agent_bodies fuzz_etcd_codec"}
+cxx=${FUZZ_CXX:-clang++-14}
+
+if ! command -v "$cxx" >/dev/null 2>&1; then
+  echo "fuzz: $cxx not found (scripts/setup.sh installs clang-14 and libclang-rt-14-dev)" >&2
+  exit 1
+fi
+
+started=$(date +%s)
+cmake -S fuzz -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$build_dir" -j"$(nproc)"
+built=$(date +%s)
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-"halt_on_error=1:detect_leaks=1"}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-"halt_on_error=1:print_stacktrace=1"}
+status=0
+passed=0
+failed=0
+for t in $targets; do
+  work="$build_dir/corpus/$t"
+  artifacts="$build_dir/artifacts/$t/"
+  mkdir -p "$work" "$artifacts"
+  echo "fuzz: $t for ${seconds}s"
+  if ! "$build_dir/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
+      -print_final_stats=1 -artifact_prefix="$artifacts" "$work" "fuzz/corpus/$t" >"$build_dir/$t.log" 2>&1; then
+    status=1
+    failed=$((failed + 1))
+    tail -n 60 "$build_dir/$t.log"
+    for a in "$artifacts"*; do
+      [ -e "$a" ] || continue
+      echo "fuzz: $t failed on $a; reproduce with: $build_dir/$t $a"
+    done
+  else
+    passed=$((passed + 1))
+    grep -E "^stat::number_of_executed_units|^stat::new_units_added|^Done " "$build_dir/$t.log" | tr '\n' ' '
+    echo
+  fi
+done
+finished=$(date +%s)
+echo "fuzz: build $((built - started)) s, runs $((finished - built)) s"
+echo "fuzz: $passed passed, $failed failed"
+exit "$status"
