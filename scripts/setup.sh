@@ -13,6 +13,10 @@ packages=(
   libboost-test1.81-dev libboost-program-options1.81-dev
   etcd-server etcd-client
   gnuplot-nox python3 procps netcat-openbsd
+  # the reference docs (docs target, docs.reference test)
+  doxygen
+  # Fuzzing (scripts/fuzz.sh): clang 14, its libFuzzer/sanitizer runtimes, llvm-symbolizer.
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 missing=()

@@ -1,4 +1,5 @@
-// tenure's error codes, reported through boost::system::error_code.
+/// @file
+/// tenure's error codes, reported through boost::system::error_code.
 #pragma once
 
 #include <boost/system/error_code.hpp>
@@ -7,7 +8,7 @@
 
 namespace tenure {
 
-// Why an operation failed or why leadership ended.
+/// Why an operation failed or why leadership ended.
 enum class error {
     leadership_lost = 1,   // generic: the scope no longer leads
     session_invalidated,   // the server destroyed the session (404 on renew, TTL lapse, check critical)
@@ -20,13 +21,13 @@ enum class error {
     unexpected_response,   // the server answered something this client cannot parse
     http_status,           // the server answered with an error status (see diagnostics)
     agent_stopped,         // the embedded agent was stopped
-    // tenure::etcd::client (the gRPC code and message stay on etcd::api_error)
+    /// tenure::etcd::client (the gRPC code and message stay on etcd::api_error)
     etcd_error,            // etcd answered a gRPC error not listed below
     etcd_compacted,        // the revision asked for has been compacted (see api_error::compact_revision())
     lease_not_found,       // etcd does not know the lease (never granted, revoked or expired)
     etcd_unavailable,      // etcd answered Unavailable (no leader, request timed out, member stopping)
     watch_canceled,        // etcd canceled a watch for a reason other than compaction
-    // tenure::semaphore
+    /// tenure::semaphore
     semaphore_limit_conflict,  // the semaphore's .lock carries another Limit than ours
 };
 

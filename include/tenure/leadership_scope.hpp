@@ -1,15 +1,16 @@
-// tenure::leadership_scope — proof of holding a lock key, RAII.
-//
-// While the scope holds the key, a monitor (a consistent blocking query on the
-// key) and the session's local deadline watch for loss. Loss cancels the work
-// started with run() through Asio per-operation cancellation (terminal) and
-// records why: released_by_other, key_deleted, session_invalidated or
-// lease_expired_locally. Transient errors (a 500, a dropped connection) are
-// retried within the lease and are not a loss.
-//
-// The key is released when the scope is destroyed (in the background) or by
-// release(). run() returns only after the work has finished, so a scope that
-// leaves its block releases the key after its work.
+/// @file
+/// tenure::leadership_scope — proof of holding a lock key, RAII.
+///
+/// While the scope holds the key, a monitor (a consistent blocking query on the
+/// key) and the session's local deadline watch for loss. Loss cancels the work
+/// started with run() through Asio per-operation cancellation (terminal) and
+/// records why: released_by_other, key_deleted, session_invalidated or
+/// lease_expired_locally. Transient errors (a 500, a dropped connection) are
+/// retried within the lease and are not a loss.
+///
+/// The key is released when the scope is destroyed (in the background) or by
+/// release(). run() returns only after the work has finished, so a scope that
+/// leaves its block releases the key after its work.
 #pragma once
 
 #include <tenure/detail/async_bridge.hpp>
@@ -29,8 +30,8 @@ struct scope_state;
 struct scope_access;
 }
 
-// The fencing token of a lock: the key's LockIndex, which only grows while the
-// key exists. A protected resource rejects writes stamped with an older one.
+/// The fencing token of a lock: the key's LockIndex, which only grows while the
+/// key exists. A protected resource rejects writes stamped with an older one.
 struct fencing_token {
     std::string key;
     std::uint64_t value = 0;
@@ -44,53 +45,90 @@ public:
     leadership_scope& operator=(leadership_scope&&) noexcept;
     ~leadership_scope();
 
-    // True while the key is held: acquired, not released, not lost.
+    /// True while the key is held: acquired, not released, not lost.
     bool held() const noexcept;
     explicit operator bool() const noexcept { return held(); }
     bool lost() const noexcept;
-    // Why leadership ended (empty while held or after a clean release).
+    /// Why leadership ended (empty while held or after a clean release).
     boost::system::error_code loss_reason() const noexcept;
 
-    // The LockIndex at acquisition: the fencing token.
+    /// The LockIndex at acquisition: the fencing token.
     std::uint64_t token() const noexcept;
     fencing_token fencing() const;
     std::string const& key() const noexcept;
     std::string const& session_id() const noexcept;
     std::string const& value() const noexcept;
 
-    // Runs `work` while leading. Completes with true when the work finished
-    // while leading, or with false when leadership was lost (or released),
-    // after the work has been cancelled and has finished; loss_reason() then
-    // says why. A boost::system::system_error thrown by the work completes the
-    // operation with its error_code (any other exception: unexpected_response).
-    // Completion signature: void(error_code, bool).
-    // Cancellation: terminal (forwarded to the work).
+    /// Runs `work` while leading. Completes with `true` when the work finished while
+    /// leading, or with `false` when leadership was lost (or released), after the
+    /// work has been cancelled and has finished; loss_reason() then says why.
+    ///
+    /// @async_completion{void(boost::system::error_code, bool finished)}
+    /// @async_cancellation
+    /// Terminal: forwarded to the work, which is cancelled; the operation completes
+    /// once the work has finished (with its error, typically `operation_aborted`).
+    /// Leadership itself is unaffected.
+    /// @async_errors
+    /// A `boost::system::system_error` thrown by the work completes the operation
+    /// with its code; any other exception with `error::unexpected_response`.
+    /// @async_lifetimes
+    /// The operation keeps the scope's state alive; what the work refers to
+    /// (usually the scope itself) must outlive the operation.
     template <class CompletionToken = boost::asio::deferred_t>
     auto run(boost::asio::awaitable<void> work, CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), run_impl(state_, std::move(work)),
                                  std::forward<CompletionToken>(token));
     }
 
-    // Completes when leadership is lost, with the reason; with
-    // error::not_held right away if the scope does not hold the key.
-    // Completion signature: void(error_code). Cancellation: all types.
+    /// Completes when leadership is lost, with the reason; with `error::not_held`
+    /// right away if the scope does not hold the key, or once it is released.
+    ///
+    /// @async_completion{void(boost::system::error_code reason)}
+    /// @async_cancellation
+    /// Terminal, partial and total: completes with `operation_aborted`; nothing
+    /// changes.
+    /// @async_errors
+    /// The loss reason: `error::released_by_other`, `error::key_deleted`,
+    /// `error::session_invalidated`, `error::lease_expired_locally`;
+    /// `error::not_held`.
+    /// @async_lifetimes
+    /// The operation keeps the scope's state alive; the scope object may go away
+    /// meanwhile (which releases the key).
     template <class CompletionToken = boost::asio::deferred_t>
     auto wait_lost(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token));
     }
 
-    // Releases the key (?release=, no lock-delay for the next holder).
-    // Completion signature: void(error_code). Cancellation: terminal; the key
-    // may stay held until the session ends.
+    /// Releases the key (`?release=` on Consul, a delete on etcd): no lock-delay
+    /// for the next holder. Does nothing for an empty or already released scope.
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal: completes with `operation_aborted`; the key may stay held until
+    /// the session ends.
+    /// @async_errors
+    /// Transport and HTTP errors of the release.
+    /// @async_lifetimes
+    /// The operation keeps the scope's state alive; the session's client must
+    /// outlive it.
     template <class CompletionToken = boost::asio::deferred_t>
     auto release(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), release_impl(state_), std::forward<CompletionToken>(token));
     }
 
-    // Re-checks with a consistent read that this session still holds the key
-    // (for jobs that verify leadership before each side effect). A false
-    // answer also marks the scope lost.
-    // Completion signature: void(error_code, bool). Cancellation: all types.
+    /// Re-checks with a consistent read that this session still holds the key, for
+    /// jobs that verify leadership right before each side effect. A `false` answer
+    /// also marks the scope lost (which cancels the work started with run()).
+    ///
+    /// @async_completion{void(boost::system::error_code, bool held)}
+    /// @async_cancellation
+    /// Terminal, partial and total: completes with `operation_aborted`; nothing
+    /// changes.
+    /// @async_errors
+    /// Transport and HTTP errors of the read.
+    /// @async_lifetimes
+    /// The operation keeps the scope's state alive; the session's client must
+    /// outlive it.
     template <class CompletionToken = boost::asio::deferred_t>
     auto confirm(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token));

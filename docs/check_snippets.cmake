@@ -1,0 +1,146 @@
+# Checks that the user guide's code blocks are the compiled, tested code.
+#   cmake -DGUIDE_DIR=<docs/guide> -P check_snippets.cmake
+#
+# In a guide page, a code block preceded by a marker line
+#     <!-- snippet: snippets/<file>.cpp#<name> -->
+#     ```cpp
+#     ...
+#     ```
+# must be identical to the region of snippets/<file>.cpp between the lines
+#     //[<name>
+#     //]
+# once the region's common indentation is removed. Every region must be
+# quoted at least once, and every marker must name an existing region.
+cmake_minimum_required(VERSION 3.25)
+
+if(NOT GUIDE_DIR)
+  message(FATAL_ERROR "usage: cmake -DGUIDE_DIR=<docs/guide> -P check_snippets.cmake")
+endif()
+
+set(failures 0)
+macro(fail text)
+  message(SEND_ERROR "${text}")
+  math(EXPR failures "${failures} + 1")
+endmacro()
+
+# The region `name` of `text` (the lines between "//[name" and "//]"),
+# without its common indentation; `found` is FALSE when there is none.
+function(extract_region text name out_var found_var)
+  set(${found_var} FALSE PARENT_SCOPE)
+  string(REGEX MATCH "(^|\n)[ ]*//\\[${name}[ ]*\n" open "${text}")
+  if(NOT open)
+    return()
+  endif()
+  string(FIND "${text}" "${open}" at)
+  string(LENGTH "${open}" open_length)
+  math(EXPR start "${at} + ${open_length}")
+  string(SUBSTRING "${text}" ${start} -1 rest)
+  string(REGEX MATCH "(^|\n)[ ]*//\\][ ]*(\n|$)" close "${rest}")
+  if(NOT close)
+    return()
+  endif()
+  string(FIND "${rest}" "${close}" end)
+  string(SUBSTRING "${rest}" 0 ${end} region)
+  # Common indentation of the non-blank lines. (CMake's ^ matches at every
+  # position a MATCHALL/REPLACE resumes from, so lines are found by "\n".)
+  set(region "\n${region}")
+  string(REGEX MATCHALL "\n[ ]*[^ \n]" starts "${region}")
+  # A "[" in a list element hides the ";" after it from list splitting.
+  string(REPLACE "[" "<" starts "${starts}")
+  string(REPLACE "]" ">" starts "${starts}")
+  set(indent 1000)
+  foreach(s IN LISTS starts)
+    string(LENGTH "${s}" n)
+    math(EXPR n "${n} - 2")
+    if(n LESS indent)
+      set(indent ${n})
+    endif()
+  endforeach()
+  if(indent GREATER 0 AND indent LESS 1000)
+    string(REPEAT " " ${indent} spaces)
+    string(REPLACE "\n${spaces}" "\n" region "${region}")
+  endif()
+  string(SUBSTRING "${region}" 1 -1 region)
+  set(${out_var} "${region}" PARENT_SCOPE)
+  set(${found_var} TRUE PARENT_SCOPE)
+endfunction()
+
+# Every region defined in the snippet sources, as "file#name".
+set(defined "")
+file(GLOB sources RELATIVE ${GUIDE_DIR} ${GUIDE_DIR}/snippets/*.cpp)
+foreach(src IN LISTS sources)
+  file(READ ${GUIDE_DIR}/${src} text)
+  string(REGEX MATCHALL "\n[ ]*//\\[[A-Za-z0-9_]+" opens "\n${text}")
+  string(REPLACE "[" "<" opens "${opens}")  # "[" would hide the ";" separators
+  foreach(o IN LISTS opens)
+    string(REGEX REPLACE ".*//<" "" name "${o}")
+    if("${src}#${name}" IN_LIST defined)
+      fail("${src}: region ${name} is defined twice")
+    endif()
+    list(APPEND defined "${src}#${name}")
+  endforeach()
+endforeach()
+
+set(quoted "")
+set(blocks 0)
+file(GLOB pages ${GUIDE_DIR}/*.md)
+foreach(page IN LISTS pages)
+  get_filename_component(page_name ${page} NAME)
+  file(READ ${page} doc)
+  set(rest "${doc}")
+  while(TRUE)
+    string(REGEX MATCH "<!-- snippet: ([^ #]+)#([A-Za-z0-9_]+) -->\n```cpp\n" marker "${rest}")
+    if(NOT marker)
+      break()
+    endif()
+    set(src "${CMAKE_MATCH_1}")
+    set(name "${CMAKE_MATCH_2}")
+    string(FIND "${rest}" "${marker}" at)
+    string(LENGTH "${marker}" marker_length)
+    math(EXPR start "${at} + ${marker_length}")
+    string(SUBSTRING "${rest}" ${start} -1 rest)
+    string(FIND "${rest}" "\n```" end)
+    if(end EQUAL -1)
+      fail("${page_name}: the code block of ${src}#${name} is not closed")
+      break()
+    endif()
+    string(SUBSTRING "${rest}" 0 ${end} block)
+    math(EXPR after "${end} + 4")
+    string(SUBSTRING "${rest}" ${after} -1 rest)
+    math(EXPR blocks "${blocks} + 1")
+    list(APPEND quoted "${src}#${name}")
+
+    if(NOT EXISTS ${GUIDE_DIR}/${src})
+      fail("${page_name}: ${src} (quoted for region ${name}) does not exist")
+      continue()
+    endif()
+    file(READ ${GUIDE_DIR}/${src} text)
+    extract_region("${text}" "${name}" region found)
+    if(NOT found)
+      fail("${page_name}: ${src} has no region //[${name} ... //]")
+    elseif(NOT "${block}" STREQUAL "${region}")
+      fail("${page_name}: the block quoting ${src}#${name} differs from the source.\n--- guide:\n${block}\n--- ${src}:\n${region}\n---")
+    endif()
+  endwhile()
+  # A cpp block without a marker would not be checked: refuse it.
+  string(REGEX MATCHALL "```cpp\n" all_blocks "${doc}")
+  string(REGEX MATCHALL "<!-- snippet: [^\n]*-->\n```cpp\n" marked_blocks "${doc}")
+  list(LENGTH all_blocks all_count)
+  list(LENGTH marked_blocks marked_count)
+  if(NOT all_count EQUAL marked_count)
+    math(EXPR bare "${all_count} - ${marked_count}")
+    fail("${page_name}: ${bare} ```cpp block(s) without a <!-- snippet: file#name --> line right above")
+  endif()
+endforeach()
+
+foreach(region IN LISTS defined)
+  if(NOT region IN_LIST quoted)
+    fail("region ${region} is not quoted by any guide page")
+  endif()
+endforeach()
+
+list(LENGTH defined region_count)
+if(failures GREATER 0)
+  message(FATAL_ERROR "${failures} snippet problem(s)")
+endif()
+message(STATUS "guide snippets: ${blocks} quoted blocks match ${region_count} regions")

@@ -1,0 +1,160 @@
+// Snippets of docs/guide/concepts.md (CTest docs.snippet.concepts): session
+// states, loss and its reason, fencing, confirm(). Runs against an agent in
+// this process; a second client plays "someone else".
+#include <tenure/agent.hpp>
+#include <tenure/consul/client.hpp>
+#include <tenure/election.hpp>
+#include <tenure/fence.hpp>
+
+#include <boost/asio.hpp>
+
+#include <iostream>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+int failures = 0;
+void expect(bool condition, char const* what) {
+    if (!condition) {
+        std::cerr << "FAILED: " << what << "\n";
+        ++failures;
+    }
+}
+
+void publish(std::uint64_t token) { std::cout << "published with token " << token << "\n"; }
+
+//[watch_session
+void watch(tenure::session& session) {
+    session.on_state_change([&session](tenure::session_state state) {
+        switch (state) {
+        case tenure::session_state::healthy:
+            std::cout << "session healthy again\n";
+            break;
+        case tenure::session_state::jeopardy: {
+            auto left = session.local_deadline() - std::chrono::steady_clock::now();
+            std::cout << "renewals failing; lease gone in "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(left).count() << " ms\n";
+            break;
+        }
+        case tenure::session_state::lost:
+            std::cout << "session lost: " << session.lost_reason().message() << "\n";
+            break;
+        }
+    });
+}
+//]
+
+//[run_under_scope
+asio::awaitable<void> report_loop(tenure::leadership_scope& lead) {
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    for (;;) {
+        publish(lead.token());
+        tick.expires_after(1s);
+        co_await tick.async_wait(asio::use_awaitable);  // cancelled when leadership is lost
+    }
+}
+
+asio::awaitable<void> lead(tenure::election& election) {
+    tenure::leadership_scope scope = co_await election.acquire();
+    auto work = report_loop(scope);
+    bool finished = co_await scope.run(std::move(work));
+    if (!finished) {
+        boost::system::error_code why = scope.loss_reason();
+        if (why == tenure::error::released_by_other || why == tenure::error::key_deleted)
+            std::cout << "an operator took the lock away\n";
+        else if (why == tenure::error::session_invalidated)
+            std::cout << "the server ended our session\n";
+        else if (why == tenure::error::lease_expired_locally)
+            std::cout << "no renewal acknowledged for a whole TTL: we stepped down\n";
+    }
+}
+//]
+
+//[fence
+struct ledger {
+    tenure::fence gate;
+
+    bool write(tenure::fencing_token const& token, std::string const& entry) {
+        if (!gate.admit(token)) return false;  // older than a token already seen: a deposed leader
+        std::cout << "ledger: " << entry << "\n";
+        return true;
+    }
+};
+//]
+
+//[confirm
+asio::awaitable<void> step(tenure::leadership_scope& lead, tenure::consul::client& consul) {
+    if (!co_await lead.confirm()) co_return;  // a consistent read: are we still the holder?
+    publish(lead.token());
+
+    tenure::consul::txn_op set;
+    set.verb = "set";
+    set.key = "service/report/last-run";
+    set.value = std::to_string(lead.token());
+    std::vector<tenure::consul::txn_op> writes{set};
+    bool committed = co_await tenure::consul::fenced_put(lead, consul, std::move(writes));
+    std::cout << (committed ? "recorded\n" : "one of the writes failed\n");
+}
+//]
+
+asio::awaitable<void> scenario(tenure::consul::client& consul, tenure::consul::client& other) {
+    tenure::session_options options;
+    options.ttl = 1s;
+    options.lock_delay = 100ms;
+    tenure::session session = co_await tenure::session::create(consul, options);
+    watch(session);
+    tenure::election election(session, "service/report/leader", "node-a");
+
+    // Loss: someone deletes the key while we lead; the work is cancelled.
+    asio::steady_timer later(co_await asio::this_coro::executor, 50ms);
+    asio::co_spawn(
+        other.get_executor(),
+        [&]() -> asio::awaitable<void> {
+            co_await later.async_wait(asio::use_awaitable);
+            co_await other.kv_delete("service/report/leader");
+        },
+        asio::detached);
+    co_await lead(election);
+
+    // confirm() and fenced_put while leading; both refused once deposed.
+    tenure::leadership_scope scope = co_await election.acquire();
+    co_await step(scope, consul);
+    auto recorded = co_await consul.kv_get("service/report/last-run");
+    expect(recorded.value && recorded.value->value == std::to_string(scope.token()), "fenced write applied");
+    co_await other.kv_delete("service/report/leader");
+    expect(!co_await scope.confirm(), "confirm() false after the key was deleted");
+    expect(scope.lost() && scope.loss_reason() == tenure::error::key_deleted, "scope lost: key_deleted");
+
+    // The fence: a newer token is admitted, an older one refused.
+    ledger book;
+    tenure::fencing_token old_token{"service/report/leader", 1}, new_token{"service/report/leader", 2};
+    expect(book.write(new_token, "new leader"), "newer token admitted");
+    expect(!book.write(old_token, "stale leader"), "older token refused");
+
+    co_await session.close();
+}
+
+int main() {
+    asio::io_context io;
+    tenure::agent_options agent_options;
+    agent_options.session_ttl_min = 100ms;
+    agent_options.log_stream = nullptr;
+    tenure::agent agent(io.get_executor(), agent_options);
+    agent.start();
+    tenure::consul::client consul(io.get_executor(), agent);
+    tenure::consul::client other(io.get_executor(), agent);
+    asio::co_spawn(io, scenario(consul, other), [&](std::exception_ptr e) {
+        if (e) {
+            try {
+                std::rethrow_exception(e);
+            } catch (std::exception const& x) {
+                std::cerr << "FAILED: " << x.what() << "\n";
+            }
+            ++failures;
+        }
+        agent.stop();
+    });
+    io.run();
+    return failures == 0 ? 0 : 1;
+}
