@@ -4,11 +4,15 @@
 //
 //   failover [--quick | --full] [--scenario LIST] [--backend LIST] [--candidates LIST]
 //            [--handovers N] [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D]
-//            [--hold-ms H] [--csv FILE] [--plot DIR]
+//            [--hold-ms H] [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N]
+//            [--csv FILE] [--plot DIR]
 //   failover --candidate --consul URL --key KEY --ttl-ms T --lock-delay-ms D   (child mode)
+//   failover --candidate --etcd URL --key NAME --ttl-ms T                      (child mode, etcd)
 //
-// --quick (the default: 20 handovers, 4 for probe/ttl/kill, TTL 300 ms, D 50 ms) takes about
-// a minute; --full (200 handovers, 30 for probe/ttl/kill, TTL 1 s, D 100 ms) about 20 minutes.
+// --quick (the default: 20 handovers, 4 for probe/ttl/kill, TTL 300 ms, D 50 ms; etcd's
+// lease TTL is T rounded up to whole seconds, at least 1 s; etcdctl kill skipped) takes about
+// 2 minutes; --full (200 handovers, 30 for probe/ttl/kill, TTL 1 s, D 100 ms, 3 etcdctl kill
+// handovers of ~1 min each per K) about 40 minutes.
 // LISTs are comma-separated. A table goes to stdout, progress to stderr, one
 // CSV row per handover to --csv, and a CDF plot per scenario (PNG, gnuplot) to --plot.
 //
@@ -33,9 +37,12 @@
 // per candidate over loopback keep-alive connections) and inproc (a tenure::agent on the
 // bench's io_context, one in-process client per candidate, no sockets; the kill
 // scenario's child process talks to that same agent over its HTTP listener).
-// etcd (tenure's etcd v3 client) and the `etcdctl elect` baseline are further backends
-// to come: a backend only has to provide candidates that campaign on one key and a way
-// to end a term per scenario (see run::end_term) — their rows go beside these.
+// etcd (tenure's elections on etcd: a lease is the session, keepalive every TTL/3,
+// lock_delay 0) and etcdctl (the baseline: K `etcdctl elect` processes) run on one etcd
+// member that the bench starts on free loopback ports (etcd_cluster.hpp); they measure
+// clean, destroy-0 (etcd: the lease revoked), ttl (etcd: lease expiry) and kill (etcdctl:
+// clean and kill only); see failover_etcd.cpp. Without etcd (or etcdctl) installed those
+// rows are skipped with a message.
 //
 // K candidates means K sessions contend for the key: the leader and K-1 followers
 // parked in acquire(). In the candidate-led scenarios the leader is the previous
@@ -57,7 +64,11 @@
 //   lock-delay   the leader's LockDelay (0 for clean and destroy-0).
 //   acquisition  invalidation + lock-delay -> acquire() resolved: the overshoot past
 //                the lock-delay (for clean: key free -> acquire resolved).
-#include "common.hpp"
+// On etcd and etcdctl: detection = end -> the leader's key deleted, as a watch on the
+// election's prefix sees it; lock-delay 0; acquisition = key deleted -> acquire() resolved
+// (etcdctl: -> the next process printed its key).
+#include "etcd_cluster.hpp"
+#include "failover.hpp"
 
 #include <tenure/election.hpp>
 
@@ -74,101 +85,9 @@
 
 namespace {
 
-using namespace bench;
+using namespace failover_bench;
 namespace consul = tenure::consul;
 using tenure::detail::agent::watch_target;
-constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
-constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
-bool const trace_on = std::getenv("FAILOVER_TRACE") != nullptr;
-#define TRACE(...) do { if (trace_on) { std::fprintf(stderr, "[trace] " __VA_ARGS__); std::fprintf(stderr, "\n"); } } while (0)
-
-enum class leader_kind { candidate, raw, child };
-
-struct scenario_def {
-    std::string name;
-    std::string title;  // for tables and plots
-    bool delay;         // LockDelay D applies (else 0)
-    bool slow;          // a round takes about a TTL: --slow-handovers
-    leader_kind leader;
-};
-
-std::vector<scenario_def> const all_scenarios = {
-    {"clean", "clean release (?release=)", false, false, leader_kind::candidate},
-    {"destroy-0", "session destroyed, LockDelay 0", false, false, leader_kind::candidate},
-    {"destroy", "session destroyed, LockDelay D", true, false, leader_kind::candidate},
-    {"check-fail", "bound health check set critical", true, false, leader_kind::candidate},
-    {"probe", "health probe turns false (seen at the next renewal)", true, true, leader_kind::candidate},
-    {"ttl", "TTL lapse (session no longer renewed)", true, true, leader_kind::raw},
-    {"kill", "leader process SIGKILLed", true, true, leader_kind::child},
-};
-
-scenario_def const& find_scenario(std::string const& name) {
-    for (auto const& s : all_scenarios)
-        if (s.name == name) return s;
-    throw std::runtime_error("unknown scenario " + name);
-}
-
-struct config {
-    std::string mode = "quick";
-    std::vector<std::string> scenarios;
-    std::vector<std::string> backends{"http", "inproc"};
-    std::vector<int> candidates{3, 10, 100};
-    int handovers = 20;
-    int slow_handovers = 4;
-    std::chrono::milliseconds ttl{300};
-    std::chrono::milliseconds lock_delay{50};
-    std::optional<double> hold_ms;
-    std::string csv, plot_dir;
-    std::string from_csv;  // print and plot a previous run's CSV instead of measuring
-};
-
-// Long TTL for sessions whose TTL plays no part in the scenario.
-constexpr std::chrono::seconds quiet_ttl{10};
-
-struct sample {
-    double latency = nan_v;       // end of leadership -> acquire() resolved
-    double detection = nan_v;     // end -> invalidation (key free)
-    double lock_delay = 0;        // configured
-    double acquisition = nan_v;   // invalidation + lock-delay -> acquire() resolved
-    double renew_to_inval = nan_v;  // ttl: last renewal sent -> invalidation
-    double from_renewal = nan_v;    // ttl: last renewal sent -> acquire() resolved
-    int rejected = -1;              // inproc: acquires refused by the lock-delay during the handover
-    double query_detection = nan_v;  // http: end -> the blocking query on /v1/session/info (clean: the key) saw it
-};
-
-struct result_set {
-    std::string backend, scenario;
-    int candidates = 0;
-    double lock_delay_ms = 0, ttl_ms = 0;
-    std::vector<sample> samples;
-    std::string load;  // load average after the run
-};
-
-template <class F>
-std::vector<double> column(std::vector<sample> const& v, F f) {
-    std::vector<double> out;
-    for (auto const& s : v)
-        if (double x = f(s); !std::isnan(x)) out.push_back(x);
-    return out;
-}
-
-// Waits on `timer` (cancelled by whoever changes the condition) until cond()
-// holds or the deadline passes. (A template: a lambda converted to
-// std::function inside a co_await expression would trip g++ 12.)
-template <class F>
-asio::awaitable<bool> wait_until(asio::steady_timer& timer, F cond, steady::time_point deadline) {
-    while (!cond()) {
-        if (steady::now() >= deadline) co_return false;
-        timer.expires_at(deadline);
-        co_await timer.async_wait(tuple_awaitable);
-    }
-    co_return true;
-}
-
-asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(tuple_awaitable);
-}
 
 // ---------------------------------------------------------------------------
 // Child mode: one candidate in its own process (the kill scenario's leader).
@@ -782,19 +701,42 @@ void plot(config const& cfg, std::vector<result_set> const& results) {
             n_min = std::min(n_min, r->samples.size());
             n_max = std::max(n_max, r->samples.size());
         }
-        std::string params = (sc.slow ? "TTL " + std::to_string(cfg.ttl.count()) + " ms, " : std::string()) +
-                             "lock-delay " +
-                             (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")) + ", " +
-                             (n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
-                             " handovers per line";
-        g << "set terminal pngcairo size " << (two_panels ? 1400 : 800) << ",560 font 'DejaVu Sans,10'\n";
+        bool has_consul = false, has_etcd = false, has_etcdctl = false;
+        double etcd_ttl_ms = 0;
+        for (auto* r : sets) {
+            if (r->backend == "etcd") {
+                has_etcd = true;
+                etcd_ttl_ms = r->ttl_ms;
+            } else if (r->backend == "etcdctl") {
+                has_etcdctl = true;
+            } else {
+                has_consul = true;
+            }
+        }
+        // The parameters of each kind of series present.
+        std::string params;
+        auto add = [&](std::string const& p) { params += (params.empty() ? "" : ", ") + p; };
+        if (has_consul) {
+            if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
+            add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
+        }
+        if (has_etcd)
+            add(std::string("etcd") + (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(etcd_ttl_ms / 1000)) + " s" : "") +
+                (has_consul && sc.delay ? ", lock-delay 0" : ""));
+        if (has_etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
+        add((n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
+            " handovers per line");
+        std::string title = has_consul ? sc.title : sc.etcd_title;
+        if (has_consul && (has_etcd || has_etcdctl) && sc.etcd_title != sc.title) title += " / etcd: " + sc.etcd_title;
+        g << "set terminal pngcairo size " << (two_panels ? 1400 : (has_etcd || has_etcdctl ? 1000 : 800))
+          << ",560 font 'DejaVu Sans,10'\n";
         g << "set output '" << png.string() << "'\n";
         g << "set key bottom right\nset grid\nset yrange [0:1]\nset ytics 0.1\n";
         g << "set ylabel 'fraction of handovers'\n";
         if (two_panels)
-            g << "set multiplot layout 1,2 title \"Failover: " << sc.title << " — " << params << "\"\n";
+            g << "set multiplot layout 1,2 title \"Failover: " << title << " — " << params << "\"\n";
         else
-            g << "set title \"Failover: " << sc.title << " — " << params << "\"\n";
+            g << "set title \"Failover: " << title << " — " << params << "\"\n";
 
         auto series = [&](std::string const& what, auto field) {
             std::string cmd = "plot ";
@@ -808,7 +750,12 @@ void plot(config const& cfg, std::vector<result_set> const& results) {
                 write_cdf(file, v);
                 if (!first) cmd += ", \\\n     ";
                 first = false;
-                cmd += "'" + file + "' using 1:2 with steps lw 2 dt " + (r->backend == "http" ? "1" : "2") +
+                // Solid: Consul over HTTP; dashed: in-process; dash-dot: etcd; dotted: etcdctl.
+                std::string const dt = r->backend == "http"     ? "1"
+                                       : r->backend == "inproc" ? "2"
+                                       : r->backend == "etcd"   ? "4"
+                                                                : "3";
+                cmd += "'" + file + "' using 1:2 with steps lw " + (dt == "3" ? "3" : "2") + " dt " + dt +
                        " lc rgb '" + color_of[r->candidates] + "' title '" + r->backend + ", K=" +
                        std::to_string(r->candidates) + "'";
             }
@@ -821,6 +768,9 @@ void plot(config const& cfg, std::vector<result_set> const& results) {
             g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
         } else if (ttl) {
             g << "set xlabel 'ms from the last renewal of the leader session to the next acquire() resolved'\n";
+        } else if (name == "kill" && has_etcdctl) {
+            g << "set logscale x\nset key top left\n";  // the etcdctl lines are at the far right
+            g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
         } else {
             g << "set xlabel 'handover latency (ms): end of the term -> next acquire() resolved'\n";
         }
@@ -828,13 +778,15 @@ void plot(config const& cfg, std::vector<result_set> const& results) {
             std::string t = "latency: detection + lock-delay + acquisition";
             if (ttl) t = "from the last renewal: the 2 x TTL grace + lock-delay + acquisition";
             else if (name == "kill") t = "from the SIGKILL: TTL lapse (1.5-2 x TTL) + lock-delay + acquisition";
+            if (ttl && has_etcd) t += " (etcd: TTL + up to 0.5 s)";
+            else if (name == "kill" && (has_etcd || has_etcdctl)) t += " (etcd: 2/3-1 x TTL + up to 0.5 s)";
             else if (name == "probe") t = "from the probe turning false: next renewal (< TTL/2) + lock-delay + acquisition";
             g << "set title '" << t << "'\n";
         }
         g << (ttl ? series("from_renewal", [](sample const& s) { return s.from_renewal; })
                   : series("latency", [](sample const& s) { return s.latency; }));
         if (two_panels) {
-            g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\n";
+            g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\nset key bottom right\n";
             g << "set logscale x\n";
             g << "set xlabel 'ms from invalidation + lock-delay to the next acquire() resolved (log scale)'\n";
             g << series("acquisition", [](sample const& s) { return s.acquisition; });
@@ -877,7 +829,8 @@ std::vector<result_set> read_csv(std::string const& path, config& cfg) {
             r.load = row["load1"];
             out.push_back(r);
             ks.insert(k);
-            cfg.ttl = std::chrono::milliseconds(static_cast<long>(r.ttl_ms));
+            if (r.backend == "http" || r.backend == "inproc")
+                cfg.ttl = std::chrono::milliseconds(static_cast<long>(r.ttl_ms));
             if (r.lock_delay_ms > 0) cfg.lock_delay = std::chrono::milliseconds(static_cast<long>(r.lock_delay_ms));
         }
         sample s;
@@ -897,9 +850,9 @@ std::vector<result_set> read_csv(std::string const& path, config& cfg) {
 
 int usage() {
     std::cerr << "usage: failover [--quick | --full] [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill]\n"
-                 "                [--backend http,inproc] [--candidates 3,10,100] [--handovers N]\n"
+                 "                [--backend http,inproc,etcd,etcdctl] [--candidates 3,10,100] [--handovers N]\n"
                  "                [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D] [--hold-ms H]\n"
-                 "                [--csv FILE] [--plot DIR]\n"
+                 "                [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N] [--csv FILE] [--plot DIR]\n"
                  "       failover --from-csv FILE [--plot DIR]   (table and plots of a previous run)\n";
     return 2;
 }
@@ -914,15 +867,17 @@ int main(int argc, char** argv) {
     };
 
     if (!args.empty() && args[0] == "--candidate") {
-        std::string url, key;
+        std::string url, key, etcd_url;
         int ttl = 1000, delay = 0;
         for (std::size_t i = 1; i < args.size(); ++i) {
             if (args[i] == "--consul") url = value(i);
+            else if (args[i] == "--etcd") etcd_url = value(i);
             else if (args[i] == "--key") key = value(i);
             else if (args[i] == "--ttl-ms") ttl = std::stoi(value(i));
             else if (args[i] == "--lock-delay-ms") delay = std::stoi(value(i));
             else return usage();
         }
+        if (!etcd_url.empty()) return run_etcd_child(etcd_url, key, std::chrono::milliseconds(ttl));
         return run_child(url, key, std::chrono::milliseconds(ttl), std::chrono::milliseconds(delay));
     }
 
@@ -935,6 +890,7 @@ int main(int argc, char** argv) {
         cfg.slow_handovers = 30;
         cfg.ttl = 1000ms;
         cfg.lock_delay = 100ms;
+        cfg.etcdctl_kill_handovers = 3;
     }
     try {
         for (std::size_t i = 0; i < args.size(); ++i) {
@@ -953,17 +909,16 @@ int main(int argc, char** argv) {
             else if (a == "--csv") cfg.csv = value(i);
             else if (a == "--plot") cfg.plot_dir = value(i);
             else if (a == "--from-csv") cfg.from_csv = value(i);
+            else if (a == "--etcd-unsafe-no-fsync") cfg.etcd_fsync = false;
+            else if (a == "--etcdctl-kill-handovers") cfg.etcdctl_kill_handovers = std::stoi(value(i));
             else return usage();
         }
         if (cfg.scenarios.empty() || (cfg.scenarios.size() == 1 && cfg.scenarios[0] == "all"))
             for (auto const& s : all_scenarios) cfg.scenarios.push_back(s.name);
         for (auto const& s : cfg.scenarios) find_scenario(s);
-        for (auto const& b : cfg.backends) {
-            if (b == "etcd" || b == "etcdctl")
-                throw std::runtime_error("backend " + b +
-                                         " is not measured yet: its rows come later (see bench/RESULTS.md)");
-            if (b != "http" && b != "inproc") throw std::runtime_error("unknown backend " + b);
-        }
+        for (auto const& b : cfg.backends)
+            if (b != "http" && b != "inproc" && b != "etcd" && b != "etcdctl")
+                throw std::runtime_error("unknown backend " + b);
         for (int k : cfg.candidates)
             if (k < 2) throw std::runtime_error("--candidates: at least 2 (a leader and a follower)");
     } catch (std::exception const& e) {
@@ -990,15 +945,18 @@ int main(int argc, char** argv) {
     char date[64];
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
     std::printf("failover bench (%s): %s; %d handovers per scenario (%d for probe/ttl/kill), TTL %lld ms, "
-                "lock-delay D %lld ms\n",
+                "lock-delay D %lld ms; etcd: lease TTL %lld s, lock-delay 0; etcdctl: lease TTL 60 s, %d kill "
+                "handovers\n",
                 cfg.mode.c_str(), date, cfg.handovers, cfg.slow_handovers, static_cast<long long>(cfg.ttl.count()),
-                static_cast<long long>(cfg.lock_delay.count()));
+                static_cast<long long>(cfg.lock_delay.count()), static_cast<long long>(etcd_ttl(cfg.ttl).count()),
+                cfg.etcdctl_kill_handovers);
     std::printf("machine: %s; load average at start: %s\n", machine().c_str(), loadavg().c_str());
     std::printf("latency: end of the term -> next acquire() resolved (ttl: from the server's invalidation); "
                 "detect50: end -> invalidation (or key free), p50;\nacq: invalidation + lock-delay -> acquire() "
                 "resolved (the overshoot); rn>inv50, rn>acq50: ttl only, last renewal -> invalidation, -> acquire() "
                 "resolved. All in ms.\nrej/h: acquires refused by the lock-delay per handover (inproc only); load1: the "
-                "1-minute load average after the row.\n");
+                "1-minute load average after the row.\netcd, etcdctl: detect = end -> the leader's key deleted (seen by "
+                "a watch); acq = key deleted -> acquire() resolved (etcdctl: -> the next process printed its key).\n");
     print_header();
 
     std::ofstream csv;
@@ -1013,7 +971,53 @@ int main(int argc, char** argv) {
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
+            std::unique_ptr<etcd_server> etcd;
+            std::string etcd_error;
             for (auto const& bname : cfg.backends) {
+                if (bname == "etcd" || bname == "etcdctl") {
+                    if (!etcd && etcd_error.empty()) {
+                        etcd_server_options eo;
+                        eo.fsync = cfg.etcd_fsync;
+                        try {
+                            etcd = co_await etcd_server::start(io, eo);
+                        } catch (std::exception const& e) {
+                            etcd_error = e.what();
+                        }
+                        if (etcd)
+                            std::fprintf(stderr, "etcd %s at %s (one member, WAL fsync %s)\n", etcd->version().c_str(),
+                                         etcd->url().c_str(), etcd->fsync() ? "on" : "off");
+                    }
+                    if (!etcd) {
+                        std::fprintf(stderr, "backend %s skipped: %s\n", bname.c_str(), etcd_error.c_str());
+                        continue;
+                    }
+                    if (bname == "etcdctl" && find_executable("etcdctl", "ETCDCTL_BINARY").empty()) {
+                        std::fprintf(stderr, "backend etcdctl skipped: etcdctl not found (Debian: etcd-client)\n");
+                        continue;
+                    }
+                    for (auto const& sname : cfg.scenarios) {
+                        auto const& sc = find_scenario(sname);
+                        if (bname == "etcd" ? sc.etcd_title.empty() : !sc.etcdctl) {
+                            std::fprintf(stderr, "backend %s: scenario %s does not apply, skipped\n", bname.c_str(),
+                                         sname.c_str());
+                            continue;
+                        }
+                        if (bname == "etcdctl" && sname == "kill" && cfg.etcdctl_kill_handovers <= 0) {
+                            std::fprintf(stderr, "backend etcdctl: kill skipped (each handover waits for a 60 s "
+                                                 "lease; --etcdctl-kill-handovers N to run it)\n");
+                            continue;
+                        }
+                        for (int k : cfg.candidates) {
+                            result_set res;
+                            if (bname == "etcd") res = co_await run_etcd(cfg, sc, *etcd, k, self);
+                            else res = co_await run_etcdctl(cfg, sc, *etcd, k);
+                            print_row(res);
+                            if (csv.is_open()) write_csv(csv, res);
+                            results.push_back(std::move(res));
+                        }
+                    }
+                    continue;
+                }
                 std::unique_ptr<backend> be = bname == "http" ? backend::start_http(io, "10ms", "info")
                                                               : backend::start_inproc(io, 10ms);
                 std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());

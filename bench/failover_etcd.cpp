@@ -1,0 +1,765 @@
+// The failover bench on etcd (see the header of failover.cpp):
+//
+//   etcd     tenure candidates (tenure::session on a lease, keepalive every
+//            TTL/3, lock_delay set to 0; tenure::election with etcd's key
+//            scheme), one tenure::etcd::client each.
+//   etcdctl  the baseline: K `etcdctl elect <name> <value>` processes (lease
+//            TTL fixed at 60 s); a process leads when it prints its key.
+//
+// Both on one etcd member started by the bench (etcd_cluster.hpp). A watch on
+// the election's prefix (one more client) follows the candidate keys, each
+// event stamped when the bench reads it: the first DELETE of the leader's key
+// after the term ends is the detection.
+//
+// How a term ends on etcd:
+//   clean      etcd: scope.release() (resign: a txn deleting the key if its
+//              create_revision is still ours). etcdctl: SIGINT (etcdctl
+//              resigns on SIGINT and SIGTERM, then exits without revoking its
+//              lease, which lingers keyless until it expires).
+//   destroy-0  etcd: the leader's lease is revoked (POST /v3/lease/revoke).
+//   ttl        etcd: a raw lease (TTL T, whole seconds) takes over the leader's
+//              key in one txn (a put with the raw lease keeps the key's
+//              create_revision, so the key stays first in line and is never
+//              free); the previous leader sees its key taken and campaigns
+//              again with a new session. After the followers are parked the
+//              raw lease gets its last keepalive, at a random phase of etcd's
+//              expiry check (every 500 ms; the rounds would lock onto it
+//              otherwise); etcd deletes the key when it finds the lease expired.
+//   kill       etcd: a child process (this binary, --candidate --etcd) campaigns
+//              and is brought to the front by clean resigns of the leaders
+//              before it (etcd's scheme has no other way to put a key first),
+//              then SIGKILLed at a random moment of its keepalive cycle
+//              (TTL/3); it starts at a random phase of the expiry check. etcdctl: SIGKILL; the next leader waits for the
+//              killed process's 60 s lease (Go keepalive every 20 s, so
+//              40-60 s); the kill comes at a random moment of that cycle.
+#include "failover.hpp"
+
+#include "etcd_cluster.hpp"
+
+#include <tenure/election.hpp>
+#include <tenure/etcd/client.hpp>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+namespace failover_bench {
+
+namespace etcd = tenure::etcd;
+
+std::chrono::seconds etcd_ttl(std::chrono::milliseconds t) {
+    return std::chrono::seconds(std::max<long long>(1, (t.count() + 999) / 1000));
+}
+
+namespace {
+
+// The lease ID a tenure etcd session's id() names (lowercase hex).
+std::int64_t lease_of(std::string const& hex) { return static_cast<std::int64_t>(std::stoull(hex, nullptr, 16)); }
+
+std::string election_name(std::string const& backend, std::string const& scenario, int k) {
+    return "bench/failover/" + backend + "/" + scenario + "/" + std::to_string(k) + "/" +
+           std::to_string(steady::now().time_since_epoch().count());
+}
+
+// The election's keys as seen by a watch on its prefix. arm(key): the first
+// DELETE of `key` read afterwards sets t1().
+class prefix_tracker {
+public:
+    prefix_tracker(etcd::client& c, std::string prefix, asio::steady_timer& wake)
+        : client_(c), prefix_(std::move(prefix)), wake_(wake) {}
+
+    // Returns once the watch is established.
+    asio::awaitable<void> start() {
+        std::string p = prefix_;
+        std::string end = etcd::prefix_end(prefix_);
+        etcd::watch_options wo;
+        auto w = co_await client_.watch(p, end, wo);
+        running_ = true;
+        auto ex = co_await asio::this_coro::executor;
+        asio::co_spawn(ex, loop(std::move(w)),
+                       asio::bind_cancellation_slot(stop_.slot(), [this](std::exception_ptr e) {
+                           running_ = false;
+                           if (e && !stopped_) {
+                               try {
+                                   std::rethrow_exception(e);
+                               } catch (std::exception const& x) {
+                                   failure = std::string("prefix watch failed: ") + x.what();
+                               }
+                           }
+                           wake_.cancel();
+                       }));
+    }
+
+    void stop() {
+        stopped_ = true;
+        if (running_) stop_.emit(asio::cancellation_type::terminal);
+    }
+    bool running() const { return running_; }
+
+    void arm(std::string key) {
+        armed_ = std::move(key);
+        t1_.reset();
+    }
+    void disarm() { armed_.clear(); }
+    std::optional<steady::time_point> const& t1() const { return t1_; }
+
+    std::size_t size() const { return live_.size(); }
+    bool has(std::string const& key) const { return live_.count(key) != 0; }
+    // The keys in line: the leader first.
+    std::vector<std::string> queue() const {
+        std::vector<std::pair<std::int64_t, std::string>> v;
+        for (auto const& [k, rev] : live_) v.emplace_back(rev, k);
+        std::sort(v.begin(), v.end());
+        std::vector<std::string> out;
+        for (auto& [rev, k] : v) out.push_back(std::move(k));
+        return out;
+    }
+
+    std::string failure;
+
+private:
+    asio::awaitable<void> loop(etcd::watch_stream w) {
+        for (;;) {
+            auto r = co_await w.next();
+            auto const t = steady::now();
+            for (auto const& ev : r.events) {
+                if (ev.type == etcd::event_type::put) {
+                    live_[ev.kv.key] = ev.kv.create_revision;
+                } else {
+                    live_.erase(ev.kv.key);
+                    if (!armed_.empty() && ev.kv.key == armed_ && !t1_) t1_ = t;
+                }
+            }
+            wake_.cancel();
+        }
+    }
+
+    etcd::client& client_;
+    std::string prefix_;
+    asio::steady_timer& wake_;
+    asio::cancellation_signal stop_;
+    bool running_ = false, stopped_ = false;
+    std::map<std::string, std::int64_t> live_;  // key -> create_revision
+    std::string armed_;
+    std::optional<steady::time_point> t1_;
+};
+
+std::unique_ptr<etcd::client> make_client(asio::any_io_executor ex, etcd_server const& server) {
+    etcd::client_config cc;
+    cc.endpoints = {server.url()};
+    return std::make_unique<etcd::client>(ex, cc);
+}
+
+double hold_ms(config const& cfg, int k) { return cfg.hold_ms ? *cfg.hold_ms : 10.0 + 0.5 * k; }
+
+// ---------------------------------------------------------------------------
+// tenure candidates on etcd.
+
+struct etcd_candidate {
+    etcd_candidate(asio::any_io_executor ex, int i) : id(i), name("bench-" + std::to_string(i)), resume(ex) {}
+    int id;
+    std::string name;
+    std::unique_ptr<etcd::client> cl;
+    tenure::session s;
+    std::optional<tenure::election> e;
+    tenure::leadership_scope scope;
+    bool new_session = false;  // set by the controller when the lease is gone or the key was taken
+    bool may_campaign = true;
+    asio::steady_timer resume;
+    asio::cancellation_signal stop;
+};
+
+struct child_proc {
+    std::unique_ptr<asio::readable_pipe> out;
+    std::unique_ptr<bp::process> proc;
+    std::string buf;
+};
+
+class etcd_run {
+public:
+    etcd_run(config const& cfg, scenario_def const& sc, etcd_server& server, int k, std::string self,
+             asio::any_io_executor ex)
+        : cfg_(cfg), sc_(sc), server_(server), k_(k), self_(std::move(self)), wake_(ex) {}
+
+    asio::awaitable<result_set> go();
+
+private:
+    asio::awaitable<void> candidate_loop(etcd_candidate& c);
+    asio::awaitable<etcd_candidate*> next_winner(steady::time_point deadline);
+    asio::awaitable<void> hold();
+    asio::awaitable<std::string> read_child_line(child_proc& ch);
+    void resume_candidate(etcd_candidate& c) {
+        c.may_campaign = true;
+        c.resume.cancel();
+    }
+    std::string key_of(etcd_candidate const& c) const { return name_ + "/" + c.s.id(); }
+    std::string check() const { return !failure_.empty() ? failure_ : tracker_ ? tracker_->failure : std::string(); }
+
+    config const& cfg_;
+    scenario_def const& sc_;
+    etcd_server& server_;
+    int k_;
+    std::string self_;
+    std::string name_;  // the election's name; its keys are name_/<lease hex>
+    tenure::session_options so_;
+    std::vector<std::unique_ptr<etcd_candidate>> cands_;
+    std::unique_ptr<etcd::client> admin_;  // the prefix watch, raw leases, the hand-over txn
+    std::unique_ptr<prefix_tracker> tracker_;
+    asio::steady_timer wake_;
+    etcd_candidate* winner_ = nullptr;
+    steady::time_point t3_{};
+    int double_wins_ = 0;
+    bool stopping_ = false;
+    int finished_ = 0;
+    std::string failure_;
+    std::mt19937_64 rng_{std::random_device{}()};
+    std::uniform_int_distribution<long> expiry_phase{0, 500'000};  // us
+};
+
+asio::awaitable<void> etcd_run::candidate_loop(etcd_candidate& c) {
+    try {
+        while (!stopping_) {
+            if (c.new_session || !c.s.valid() || c.s.state() == tenure::session_state::lost) {
+                c.new_session = false;
+                tenure::session_options so = so_;
+                so.name = c.name;
+                c.e.reset();
+                c.s = tenure::session{};  // the old one closes (revokes its lease) in the background
+                c.s = co_await tenure::session::create(*c.cl, so);
+                c.e.emplace(c.s, name_, c.name);
+            }
+            auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
+            auto const t = steady::now();
+            if (stopping_ || ec == asio::error::operation_aborted) break;
+            if (ec) {
+                c.new_session = true;  // our lease or key died while we waited
+                continue;
+            }
+            c.scope = std::move(scope);
+            c.may_campaign = false;
+            if (!winner_) {
+                winner_ = &c;
+                t3_ = t;
+            } else {
+                ++double_wins_;
+            }
+            wake_.cancel();
+            while (!c.may_campaign && !stopping_) {
+                c.resume.expires_at(steady::time_point::max());
+                co_await c.resume.async_wait(tuple_awaitable);
+            }
+        }
+    } catch (boost::system::system_error const& e) {
+        if (e.code() != asio::error::operation_aborted) throw;
+    }
+    co_await asio::this_coro::reset_cancellation_state();
+    if (c.scope.held()) co_await c.scope.release(tuple_awaitable);
+    if (c.s.valid() && c.s.state() != tenure::session_state::lost) co_await c.s.close(tuple_awaitable);
+}
+
+asio::awaitable<etcd_candidate*> etcd_run::next_winner(steady::time_point deadline) {
+    co_await wait_until(wake_, [&] { return winner_ != nullptr || !check().empty(); }, deadline);
+    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
+    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
+    auto* w = winner_;
+    winner_ = nullptr;
+    co_return w;
+}
+
+// Every candidate has its key in line, then the followers get time to park
+// their watches.
+asio::awaitable<void> etcd_run::hold() {
+    bool all = co_await wait_until(
+        wake_, [&] { return tracker_->size() == static_cast<std::size_t>(k_) || !check().empty(); },
+        steady::now() + 10s);
+    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
+    if (!all)
+        throw std::runtime_error("the election has " + std::to_string(tracker_->size()) + " keys instead of " +
+                                 std::to_string(k_));
+    // Watches: two per waiting candidate (its predecessor, its own key), one for
+    // the leader's scope (none for the raw lease), one for the prefix tracker.
+    long const want = 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
+    if (!co_await server_.wait_parked(want, 5s))
+        std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
+    co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
+}
+
+asio::awaitable<std::string> etcd_run::read_child_line(child_proc& ch) {
+    auto [ec, n] = co_await asio::async_read_until(*ch.out, asio::dynamic_buffer(ch.buf), '\n', tuple_awaitable);
+    if (ec) throw std::runtime_error("the --candidate child exited: " + ec.message());
+    std::string line = ch.buf.substr(0, n - 1);
+    ch.buf.erase(0, n);
+    co_return line;
+}
+
+asio::awaitable<result_set> etcd_run::go() {
+    auto ex = co_await asio::this_coro::executor;
+    auto const ttl = etcd_ttl(cfg_.ttl);
+    result_set out;
+    out.backend = "etcd";
+    out.scenario = sc_.name;
+    out.candidates = k_;
+    out.lock_delay_ms = 0;
+    out.ttl_ms = static_cast<double>(std::chrono::milliseconds(ttl).count());
+    int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
+
+    name_ = election_name("etcd", sc_.name, k_);
+    so_.ttl = quiet_ttl;
+    so_.lock_delay = 0ns;  // measured without etcd's optional lock-delay
+    admin_ = make_client(ex, server_);
+    tracker_ = std::make_unique<prefix_tracker>(*admin_, name_ + "/", wake_);
+    co_await tracker_->start();
+
+    // K candidates, or K-1 beside the raw lease / the child.
+    int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
+    for (int i = 0; i < local; ++i) {
+        cands_.push_back(std::make_unique<etcd_candidate>(ex, i));
+        cands_.back()->cl = make_client(ex, server_);
+    }
+    for (auto& c : cands_) {
+        asio::co_spawn(ex, candidate_loop(*c),
+                       asio::bind_cancellation_slot(c->stop.slot(), [this](std::exception_ptr e) {
+                           ++finished_;
+                           if (e) {
+                               try {
+                                   std::rethrow_exception(e);
+                               } catch (std::exception const& x) {
+                                   failure_ = std::string("candidate failed: ") + x.what();
+                               }
+                           }
+                           wake_.cancel();
+                       }));
+    }
+
+    std::optional<child_proc> child;
+    char const* label_fmt = "\r  %-7s %-10s K=%-3d %4d/%d handovers";
+    try {
+        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
+        for (int i = 0; i < n; ++i) {
+            std::fprintf(stderr, label_fmt, "etcd", sc_.name.c_str(), k_, i, n);
+            sample s;
+            s.lock_delay = 0;
+            std::string leader_key;
+            std::int64_t raw_lease = 0;
+            steady::time_point t0{}, t_renew{};
+
+            // 1. The leader of this round.
+            if (sc_.leader == leader_kind::raw) {
+                auto g = co_await admin_->lease_grant(ttl.count());
+                raw_lease = g.id;
+                leader_key = key_of(*leader);
+                // The raw lease takes the leader's key: same create_revision, still first in line.
+                std::vector<etcd::compare> cmps;
+                cmps.push_back(etcd::compare::create_revision(leader_key, etcd::compare_result::equal,
+                                                              static_cast<std::int64_t>(leader->scope.token())));
+                etcd::put_op put;
+                put.key = leader_key;
+                put.value = "raw";
+                put.options.lease = raw_lease;
+                std::vector<etcd::request_op> ops;
+                ops.emplace_back(std::move(put));
+                std::vector<etcd::request_op> no_ops;
+                auto t = co_await admin_->txn(cmps, ops, no_ops);
+                if (!t.succeeded) throw std::runtime_error("hand-over txn refused: the leader's key changed");
+                co_await leader->scope.wait_lost(tuple_awaitable);  // released_by_other
+                leader->scope = tenure::leadership_scope{};
+                leader->new_session = true;  // its key name belongs to the raw lease now
+                resume_candidate(*leader);
+            } else if (sc_.leader == leader_kind::child) {
+                // A random start: the child's keepalives (and so its lease's expiry) fall
+                // at any phase of etcd's 500 ms expiry check.
+                co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
+                child.emplace();
+                child->out = std::make_unique<asio::readable_pipe>(ex);
+                std::vector<std::string> args{"--candidate", "--etcd", server_.url(), "--key", name_,
+                                              "--ttl-ms", std::to_string(std::chrono::milliseconds(ttl).count())};
+                child->proc = std::make_unique<bp::process>(ex, self_, args, bp::process_stdio{{}, *child->out, {}},
+                                                            die_with_parent{});
+                std::string ready = co_await read_child_line(*child);
+                if (ready.rfind("READY ", 0) != 0) throw std::runtime_error("child said: " + ready);
+                leader_key = name_ + "/" + ready.substr(6);
+                co_await wait_until(wake_, [&] { return tracker_->has(leader_key) || !check().empty(); },
+                                    steady::now() + 10s);
+                if (!tracker_->has(leader_key)) throw std::runtime_error("the child's key did not appear");
+                // Clean resigns until the child is first in line.
+                for (;;) {
+                    auto q = tracker_->queue();
+                    bool const child_next = q.size() >= 2 && q[1] == leader_key;
+                    co_await leader->scope.release(tuple_awaitable);
+                    leader->scope = tenure::leadership_scope{};
+                    if (child_next) {
+                        std::string elected_line = co_await read_child_line(*child);
+                        if (elected_line.rfind("ELECTED ", 0) != 0)
+                            throw std::runtime_error("child said: " + elected_line);
+                        resume_candidate(*leader);
+                        break;
+                    }
+                    auto* w = co_await next_winner(steady::now() + 10s);
+                    resume_candidate(*leader);
+                    leader = w;
+                    std::string const wk = key_of(*w);
+                    co_await wait_until(
+                        wake_, [&] { auto q2 = tracker_->queue(); return !q2.empty() && q2[0] == wk; },
+                        steady::now() + 2s);
+                }
+            } else {
+                leader_key = key_of(*leader);
+            }
+
+            // 2. Followers park.
+            co_await hold();
+            if (sc_.leader == leader_kind::raw) {
+                // At a random phase of etcd's expiry check (every 500 ms), which the
+                // rounds would otherwise lock onto: each round starts when a check
+                // has just deleted the previous key.
+                co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
+                t_renew = steady::now();
+                co_await admin_->lease_keepalive(raw_lease);  // the raw lease's last keepalive
+            }
+            tracker_->arm(leader_key);
+            if (sc_.name == "kill") {
+                // At a random moment of the child's keepalive cycle (every TTL/3).
+                std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(ttl).count() / 3);
+                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
+            }
+
+            // 3. End the term.
+            t0 = steady::now();
+            if (sc_.name == "clean") {
+                co_await leader->scope.release(tuple_awaitable);
+            } else if (sc_.name == "destroy-0") {
+                auto const lease = lease_of(leader->s.id());
+                co_await leader->cl->lease_revoke(lease);
+            } else if (sc_.name == "kill") {
+                ::kill(child->proc->id(), SIGKILL);
+            }  // ttl: etcd expires the raw lease
+
+            // 4. The next leader.
+            auto const timeout = sc_.slow ? 2 * ttl + 10s : 10s;
+            etcd_candidate* next = co_await next_winner(steady::now() + timeout);
+            auto const t3 = t3_;
+            co_await wait_until(wake_, [&] { return tracker_->t1().has_value() || !check().empty(); },
+                                steady::now() + 2s);
+            auto const t1 = tracker_->t1();
+            tracker_->disarm();
+            if (sc_.name == "ttl" && t1) t0 = *t1;
+            s.latency = ms(t3 - t0);
+            if (t1) {
+                s.detection = ms(*t1 - t0);
+                s.acquisition = ms(t3 - *t1);
+            }
+            if (sc_.name == "ttl") {
+                if (t1) s.renew_to_inval = ms(*t1 - t_renew);
+                s.from_renewal = ms(t3 - t_renew);
+            }
+            out.samples.push_back(s);
+            TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
+
+            // 5. The old leader campaigns again.
+            if (sc_.leader == leader_kind::candidate) {
+                leader->scope = tenure::leadership_scope{};
+                if (sc_.name != "clean") leader->new_session = true;  // its lease is gone
+                resume_candidate(*leader);
+            } else if (child) {
+                co_await child->proc->async_wait(tuple_awaitable);
+                child.reset();
+            }
+            leader = next;
+        }
+        std::fprintf(stderr, label_fmt, "etcd", sc_.name.c_str(), k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "\n  etcd %s K=%d stopped after %zu handovers: %s\n", sc_.name.c_str(), k_,
+                     out.samples.size(), e.what());
+    }
+    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+
+    // Stop: every candidate resigns and revokes its lease.
+    if (child && child->proc->running()) {
+        ::kill(child->proc->id(), SIGKILL);
+        co_await child->proc->async_wait(tuple_awaitable);
+    }
+    stopping_ = true;
+    for (auto& c : cands_) {
+        c->stop.emit(asio::cancellation_type::terminal);
+        c->resume.cancel();
+    }
+    co_await wait_until(wake_, [&] { return finished_ == local; }, steady::now() + 15s);
+    if (finished_ != local) std::fprintf(stderr, "  warning: %d candidates did not stop\n", local - finished_);
+    co_await sleep_for(20ms);  // background closes of replaced sessions
+    tracker_->stop();
+    co_await wait_until(wake_, [&] { return !tracker_->running(); }, steady::now() + 5s);
+    for (auto& c : cands_) c->cl->close();
+    admin_->close();
+    out.load = loadavg();
+    co_return out;
+}
+
+// ---------------------------------------------------------------------------
+// The `etcdctl elect` baseline.
+
+struct ctl_proc {
+    int id = 0;
+    std::unique_ptr<asio::readable_pipe> out;
+    std::unique_ptr<bp::process> proc;
+    std::string key;          // printed when it leads
+    bool ending = false;      // signalled by the bench
+    bool exited = false;
+};
+
+class etcdctl_run {
+public:
+    etcdctl_run(config const& cfg, scenario_def const& sc, etcd_server& server, int k, asio::any_io_executor ex)
+        : cfg_(cfg), sc_(sc), server_(server), k_(k), wake_(ex) {}
+    ~etcdctl_run() {
+        if (err_fd_ >= 0) ::close(err_fd_);
+    }
+
+    asio::awaitable<result_set> go();
+
+private:
+    asio::awaitable<void> spawn();
+    asio::awaitable<void> read_loop(std::shared_ptr<ctl_proc> p);
+    asio::awaitable<std::shared_ptr<ctl_proc>> next_winner(steady::time_point deadline);
+    std::string check() const { return !failure_.empty() ? failure_ : tracker_ ? tracker_->failure : std::string(); }
+    // The end of what the etcdctl processes wrote to stderr.
+    std::string stderr_tail() const {
+        std::string out;
+        char chunk[4096];
+        for (off_t off = 0;;) {
+            ssize_t n = ::pread(err_fd_, chunk, sizeof chunk, off);
+            if (n <= 0) break;
+            out.append(chunk, static_cast<std::size_t>(n));
+            off += n;
+        }
+        return out.size() > 2000 ? out.substr(out.size() - 2000) : out;
+    }
+
+    config const& cfg_;
+    scenario_def const& sc_;
+    etcd_server& server_;
+    int k_;
+    int err_fd_ = -1;  // the processes' stderr: an unlinked temporary file (they all say
+                       // "context canceled" when stopped)
+    std::string binary_, name_;
+    std::vector<std::string> env_;
+    std::vector<std::shared_ptr<ctl_proc>> procs_;
+    int next_id_ = 0;
+    std::unique_ptr<etcd::client> admin_;
+    std::unique_ptr<prefix_tracker> tracker_;
+    asio::steady_timer wake_;
+    std::shared_ptr<ctl_proc> winner_;
+    steady::time_point t3_{};
+    int double_wins_ = 0;
+    int readers_ = 0;
+    std::string failure_;
+    std::mt19937_64 rng_{std::random_device{}()};
+};
+
+// Reads one etcdctl's stdout: its first line (the key) says it leads, stamped
+// the moment it is read.
+asio::awaitable<void> etcdctl_run::read_loop(std::shared_ptr<ctl_proc> p) {
+    ++readers_;
+    std::string buf;
+    for (;;) {
+        auto [ec, n] = co_await asio::async_read_until(*p->out, asio::dynamic_buffer(buf), '\n', tuple_awaitable);
+        auto const t = steady::now();
+        if (ec) break;
+        std::string line = buf.substr(0, n - 1);
+        buf.erase(0, n);
+        if (p->key.empty()) {
+            p->key = line;
+            if (!winner_) {
+                winner_ = p;
+                t3_ = t;
+            } else {
+                ++double_wins_;
+            }
+            wake_.cancel();
+        }
+    }
+    p->exited = true;
+    if (!p->ending && failure_.empty()) failure_ = "etcdctl " + std::to_string(p->id) + " exited on its own";
+    --readers_;
+    wake_.cancel();
+}
+
+// Starts one more etcdctl and waits until its key is in line (so the line
+// is in start order).
+asio::awaitable<void> etcdctl_run::spawn() {
+    auto ex = co_await asio::this_coro::executor;
+    auto p = std::make_shared<ctl_proc>();
+    p->id = next_id_++;
+    p->out = std::make_unique<asio::readable_pipe>(ex);
+    std::vector<std::string> args{"--endpoints", server_.url(), "elect", name_, "ctl-" + std::to_string(p->id)};
+    p->proc = std::make_unique<bp::process>(ex, binary_, args, bp::process_stdio{nullptr, *p->out, err_fd_},
+                                            child_environment(env_), die_with_parent{});
+    procs_.push_back(p);
+    asio::co_spawn(ex, read_loop(p), asio::detached);
+    std::size_t const want = tracker_->size() + 1;
+    co_await wait_until(wake_, [&] { return tracker_->size() >= want || !check().empty(); }, steady::now() + 10s);
+    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
+    if (tracker_->size() < want) throw std::runtime_error("etcdctl " + std::to_string(p->id) + " made no key");
+}
+
+asio::awaitable<std::shared_ptr<ctl_proc>> etcdctl_run::next_winner(steady::time_point deadline) {
+    co_await wait_until(wake_, [&] { return winner_ != nullptr || !check().empty(); }, deadline);
+    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
+    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
+    auto w = std::move(winner_);
+    winner_.reset();
+    co_return w;
+}
+
+asio::awaitable<result_set> etcdctl_run::go() {
+    auto ex = co_await asio::this_coro::executor;
+    bool const kill9 = sc_.name == "kill";
+    result_set out;
+    out.backend = "etcdctl";
+    out.scenario = sc_.name;
+    out.candidates = k_;
+    out.lock_delay_ms = 0;
+    out.ttl_ms = 60'000;  // concurrency.NewSession's default; etcdctl elect has no flag for it
+    int const n = kill9 ? cfg_.etcdctl_kill_handovers : cfg_.handovers;
+
+    binary_ = find_executable("etcdctl", "ETCDCTL_BINARY");
+    char err_path[] = "/tmp/tenure-bench-etcdctl-XXXXXX";
+    err_fd_ = ::mkostemp(err_path, O_CLOEXEC | O_APPEND);
+    if (err_fd_ < 0) throw std::runtime_error("mkostemp failed");
+    ::unlink(err_path);
+    env_ = environment_without({"ETCDCTL_"});
+    name_ = election_name("etcdctl", sc_.name, k_);
+    admin_ = make_client(ex, server_);
+    tracker_ = std::make_unique<prefix_tracker>(*admin_, name_ + "/", wake_);
+    co_await tracker_->start();
+
+    char const* label_fmt = "\r  %-7s %-10s K=%-3d %4d/%d handovers";
+    try {
+        for (int i = 0; i < k_; ++i) {
+            std::fprintf(stderr, "\r  etcdctl %-10s K=%-3d starting %d/%d", sc_.name.c_str(), k_, i, k_);
+            co_await spawn();
+        }
+        auto leader = co_await next_winner(steady::now() + 10s);
+        for (int i = 0; i < n; ++i) {
+            std::fprintf(stderr, label_fmt, "etcdctl", sc_.name.c_str(), k_, i, n);
+            sample s;
+            s.lock_delay = 0;
+            co_await wait_until(wake_, [&] { return tracker_->size() == static_cast<std::size_t>(k_); },
+                                steady::now() + 10s);
+            // Watches: one per waiting etcdctl (its predecessor), one for the tracker.
+            long const want = k_;
+            if (!co_await server_.wait_parked(want, 5s))
+                std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
+            co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
+            tracker_->arm(leader->key);
+            if (kill9) {
+                // At a random moment of the Go client's keepalive cycle (every 20 s).
+                std::uniform_int_distribution<long> phase(0, 20'000'000);
+                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
+            }
+            leader->ending = true;
+            auto const t0 = steady::now();
+            ::kill(leader->proc->id(), kill9 ? SIGKILL : SIGINT);
+
+            auto next = co_await next_winner(steady::now() + (kill9 ? 75s : 10s));
+            auto const t3 = t3_;
+            co_await wait_until(wake_, [&] { return tracker_->t1().has_value() || !check().empty(); },
+                                steady::now() + 2s);
+            auto const t1 = tracker_->t1();
+            tracker_->disarm();
+            s.latency = ms(t3 - t0);
+            if (t1) {
+                s.detection = ms(*t1 - t0);
+                s.acquisition = ms(t3 - *t1);
+            }
+            out.samples.push_back(s);
+            TRACE("etcdctl %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
+
+            // The signalled process is gone; a new one joins at the end of the line.
+            co_await wait_until(wake_, [&] { return leader->exited; }, steady::now() + 10s);
+            co_await leader->proc->async_wait(tuple_awaitable);
+            std::erase(procs_, leader);
+            co_await spawn();
+            leader = next;
+        }
+        std::fprintf(stderr, label_fmt, "etcdctl", sc_.name.c_str(), k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "\n  etcdctl %s K=%d stopped after %zu handovers: %s\n--- etcdctl stderr ---\n%s\n",
+                     sc_.name.c_str(), k_, out.samples.size(), e.what(), stderr_tail().c_str());
+    }
+    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+
+    // Stop: SIGINT makes each etcdctl resign (or withdraw its candidacy) and exit.
+    for (auto& p : procs_) {
+        p->ending = true;
+        if (!p->exited) ::kill(p->proc->id(), SIGINT);
+    }
+    co_await wait_until(wake_, [&] { return readers_ == 0; }, steady::now() + 10s);
+    for (auto& p : procs_) {
+        if (p->proc->running()) ::kill(p->proc->id(), SIGKILL);
+        co_await p->proc->async_wait(tuple_awaitable);
+    }
+    procs_.clear();
+    tracker_->stop();
+    co_await wait_until(wake_, [&] { return !tracker_->running(); }, steady::now() + 5s);
+    admin_->close();
+    out.load = loadavg();
+    co_return out;
+}
+
+}  // namespace
+
+asio::awaitable<result_set> run_etcd(config const& cfg, scenario_def const& sc, etcd_server& server, int k,
+                                     std::string const& self_exe) {
+    auto ex = co_await asio::this_coro::executor;
+    etcd_run r(cfg, sc, server, k, self_exe, ex);
+    co_return co_await r.go();
+}
+
+asio::awaitable<result_set> run_etcdctl(config const& cfg, scenario_def const& sc, etcd_server& server, int k) {
+    auto ex = co_await asio::this_coro::executor;
+    etcdctl_run r(cfg, sc, server, k, ex);
+    co_return co_await r.go();
+}
+
+// Prints "READY <lease hex>" once its session exists and "ELECTED <lease hex>
+// <token>" once it leads, then keeps its lease alive until it is killed.
+int run_etcd_child(std::string endpoint, std::string name, std::chrono::milliseconds ttl) {
+    asio::io_context io;
+    etcd::client_config cc;
+    cc.endpoints = {endpoint};
+    etcd::client cl(io.get_executor(), cc);
+    int rc = 0;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            tenure::session_options so;
+            so.name = "bench-child-" + std::to_string(::getpid());
+            so.ttl = ttl;
+            so.lock_delay = 0ns;
+            tenure::session s = co_await tenure::session::create(cl, so);
+            std::printf("READY %s\n", s.id().c_str());
+            std::fflush(stdout);
+            tenure::election e(s, name, so.name);
+            tenure::leadership_scope scope = co_await e.acquire();
+            std::printf("ELECTED %s %llu\n", s.id().c_str(), static_cast<unsigned long long>(scope.token()));
+            std::fflush(stdout);
+            co_await scope.wait_lost(tuple_awaitable);  // until SIGKILL
+        },
+        [&](std::exception_ptr e) {
+            if (e) {
+                try {
+                    std::rethrow_exception(e);
+                } catch (std::exception const& x) {
+                    std::fprintf(stderr, "failover --candidate --etcd: %s\n", x.what());
+                }
+                rc = 1;
+            }
+            cl.close();
+        });
+    io.run();
+    return rc;
+}
+
+}  // namespace failover_bench
