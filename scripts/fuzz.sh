@@ -2,7 +2,10 @@
 # Builds the libFuzzer targets of fuzz/ with clang-14 (ASan + UBSan) and runs
 # each for a bounded time from the seed corpus in fuzz/corpus/<target>/.
 #   FUZZ_BUILD_DIR=dir   build directory (default: build-fuzz)
-#   FUZZ_SECONDS=N       run time per target (default: 25)
+#   FUZZ_SECONDS=N       run time cap per target (default: 60)
+#   FUZZ_RUNS=N          inputs per target (default: 300000; 0: until FUZZ_SECONDS)
+#   FUZZ_SEED=N          libFuzzer's seed (default: 1, so that a CI run is
+#                        repeatable: the same inputs in the same order)
 #   FUZZ_TARGETS="a b"   which targets (default: all three)
 # New inputs the fuzzer finds stay in <build>/corpus/<target>/ (the repo's
 # corpus is only read). A crash leaves its input in <build>/artifacts/ and
@@ -11,7 +14,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
-seconds=${FUZZ_SECONDS:-25}
+seconds=${FUZZ_SECONDS:-60}
+runs=${FUZZ_RUNS:-300000}
+seed=${FUZZ_SEED:-1}
 targets=${FUZZ_TARGETS:-"fuzz_agent_http fuzz_agent_bodies fuzz_etcd_codec"}
 cxx=${FUZZ_CXX:-clang++-14}
 
@@ -34,8 +39,8 @@ for t in $targets; do
   work="$build_dir/corpus/$t"
   artifacts="$build_dir/artifacts/$t/"
   mkdir -p "$work" "$artifacts"
-  echo "fuzz: $t for ${seconds}s"
-  if ! "$build_dir/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
+  echo "fuzz: $t, $runs inputs (at most ${seconds}s), seed $seed"
+  if ! "$build_dir/$t" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
       -print_final_stats=1 -artifact_prefix="$artifacts" "$work" "fuzz/corpus/$t" >"$build_dir/$t.log" 2>&1; then
     status=1
     failed=$((failed + 1))

@@ -631,11 +631,19 @@ api_outcome handler::session(std::string_view rest) {
                         auto d = parse_go_duration(ld->as_string());
                         if (!d.value) throw decode_error{d.error};
                         ns = d.value->count();
+                    } else if (ld->is_int64()) {
+                        ns = ld->as_int64();
                     } else if (ld->is_number()) {
-                        ns = static_cast<std::int64_t>(ld->to_number<double>());
+                        // A double (or a uint64 past int64) must fit a Go duration;
+                        // casting one that does not is undefined (found by fuzz_agent_http).
+                        double const d = ld->to_number<double>();
+                        if (!(d >= -9.2e18 && d <= 9.2e18))
+                            throw decode_error{"LockDelay out of range for time.Duration"};
+                        ns = static_cast<std::int64_t>(d);
                     } else {
                         type_error(*ld, "LockDelay", "time.Duration");
                     }
+                    if (ns < 0) throw decode_error{"LockDelay must not be negative"};
                     if (ns < 1000) ns *= 1'000'000'000;
                     sr.lock_delay_ns = ns;
                 }

@@ -221,6 +221,19 @@ BOOST_FIXTURE_TEST_CASE(lock_delay_without_unit_is_a_decode_error, api_fixture) 
     BOOST_TEST(sm.session_list().empty());
 }
 
+// Found by fuzz_agent_http: a LockDelay number beyond int64 was cast from a
+// double (undefined behaviour); a negative one overflowed the seconds rule.
+BOOST_FIXTURE_TEST_CASE(lock_delay_out_of_range_is_a_decode_error, api_fixture) {
+    for (std::string body : {R"({"LockDelay":150000000006666666666666666666666666666666666666666666666666666666666666666666})",
+                             R"({"LockDelay":18446744073709551615})", R"({"LockDelay":1e300})",
+                             R"({"LockDelay":-5})", R"({"LockDelay":-9000000000000000000})", R"({"LockDelay":"-5s"})"}) {
+        auto r = call(http::verb::put, "/v1/session/create", body);
+        BOOST_TEST(status(r) == 400, body);
+        BOOST_TEST(r.body().rfind("Request decode failed: ", 0) == 0u, r.body());
+    }
+    BOOST_TEST(sm.session_list().empty());
+}
+
 BOOST_FIXTURE_TEST_CASE(invalid_json_is_400_and_changes_nothing, api_fixture) {
     auto const idx = sm.sessions_index();
     auto const raft = sm.raft_index();
