@@ -12,12 +12,22 @@ namespace asio = boost::asio;
 namespace detail {
 
 asio::awaitable<void> event::wait() {
-    while (!set_) {
-        auto [ec] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto st = state_;
+    if (st->set) co_return;
+    asio::steady_timer timer(ex_, clock::time_point::max());
+    auto it = st->waiters.insert(st->waiters.end(), &timer);
+    struct unlink {
+        std::shared_ptr<state> const& st;
+        std::list<asio::steady_timer*>::iterator it;
+        ~unlink() { st->waiters.erase(it); }
+    } guard{st, it};
+    while (!st->set) {
+        auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
         (void)ec;
         auto cs = co_await asio::this_coro::cancellation_state;
-        if (!set_ && cs.cancelled() != asio::cancellation_type::none)
+        if (!st->set && cs.cancelled() != asio::cancellation_type::none)
             throw boost::system::system_error(asio::error::operation_aborted);
+        timer.expires_at(clock::time_point::max());
     }
 }
 
@@ -41,6 +51,13 @@ void session_impl::notify(session_state s) {
 }
 
 void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
+    // Forget ended scopes now and then (amortised O(1)): a session that takes
+    // and releases keys for weeks must not keep every past scope's memory
+    // (a weak_ptr keeps a make_shared block allocated).
+    if (scopes.size() >= scopes_pruned_at * 2 + 16) {
+        std::erase_if(scopes, [](std::weak_ptr<scope_state> const& w) { return w.expired(); });
+        scopes_pruned_at = scopes.size();
+    }
     scopes.push_back(s);
     s->start_monitor();
     leadership_event e;

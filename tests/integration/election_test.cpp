@@ -7,6 +7,8 @@
 #include "agent_process.hpp"
 #include "fault_proxy.hpp"
 
+#include "../../src/primitives.hpp"  // the session's scope list (memory of ended terms)
+
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
 #include <tenure/launch.hpp>
@@ -517,6 +519,27 @@ BOOST_AUTO_TEST_CASE(reacquiring_a_held_key_with_the_same_session_is_handled) {
         BOOST_TEST(s.held());
         BOOST_TEST(s.token() == 1u);  // the same term: LockIndex unchanged
         BOOST_TEST(co_await s.confirm());
+        co_await a.close();
+    });
+}
+
+// A session that takes and releases a key many times keeps no memory of its
+// ended terms (it used to keep a weak_ptr, and so the scope's allocation, of
+// every term for its whole life).
+BOOST_AUTO_TEST_CASE(a_long_lived_session_forgets_ended_terms) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 5s, 0ms));
+        tenure::election ea(a, "itest/cycles", "a");
+        std::uint64_t last = 0;
+        for (int i = 0; i < 500; ++i) {
+            auto s = co_await ea.acquire();
+            BOOST_REQUIRE(s.held());
+            BOOST_REQUIRE(s.token() > last);
+            last = s.token();
+            co_await s.release();
+        }
+        BOOST_TEST(a.impl()->scopes.size() <= 64u, a.impl()->scopes.size() << " scope records after 500 terms");
         co_await a.close();
     });
 }
