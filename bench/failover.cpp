@@ -99,36 +99,7 @@ int run_child(std::string url, std::string key, std::chrono::milliseconds ttl, s
     consul::client_config cc;
     cc.address = url;
     consul::client cl(io.get_executor(), cc);
-    int rc = 0;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            tenure::session_options so;
-            so.name = "bench-child-" + std::to_string(::getpid());
-            so.ttl = ttl;
-            so.lock_delay = delay;
-            tenure::session s = co_await tenure::session::create(cl, so);
-            std::printf("READY %s\n", s.id().c_str());
-            std::fflush(stdout);
-            tenure::election e(s, key, so.name);
-            tenure::leadership_scope scope = co_await e.acquire();
-            std::printf("ELECTED %s %llu\n", s.id().c_str(), static_cast<unsigned long long>(scope.token()));
-            std::fflush(stdout);
-            co_await scope.wait_lost(tuple_awaitable);  // until SIGKILL
-        },
-        [&](std::exception_ptr e) {
-            if (e) {
-                try {
-                    std::rethrow_exception(e);
-                } catch (std::exception const& x) {
-                    std::fprintf(stderr, "failover --candidate: %s\n", x.what());
-                }
-                rc = 1;
-            }
-            cl.close();
-        });
-    io.run();
-    return rc;
+    return run_candidate(io, cl, key, ttl, delay, "failover --candidate");
 }
 
 // ---------------------------------------------------------------------------

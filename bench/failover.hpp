@@ -5,6 +5,8 @@
 
 #include "common.hpp"
 
+#include <tenure/election.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -121,6 +123,45 @@ asio::awaitable<bool> wait_until(asio::steady_timer& timer, F cond, steady::time
 inline asio::awaitable<void> sleep_for(steady::duration d) {
     asio::steady_timer t(co_await asio::this_coro::executor, d);
     co_await t.async_wait(tuple_awaitable);
+}
+
+// The kill scenario's child, on either backend (Consul or etcd client): a
+// session and election.acquire(); prints "READY <session>" once the session
+// exists and "ELECTED <session> <token>" once it leads, then keeps the
+// session alive until it is killed. `what` names the mode in errors.
+template <class Client>
+int run_candidate(asio::io_context& io, Client& cl, std::string key, std::chrono::nanoseconds ttl,
+                  std::chrono::nanoseconds delay, char const* what) {
+    int rc = 0;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            tenure::session_options so;
+            so.name = "bench-child-" + std::to_string(::getpid());
+            so.ttl = ttl;
+            so.lock_delay = delay;
+            tenure::session s = co_await tenure::session::create(cl, so);
+            std::printf("READY %s\n", s.id().c_str());
+            std::fflush(stdout);
+            tenure::election e(s, key, so.name);
+            tenure::leadership_scope scope = co_await e.acquire();
+            std::printf("ELECTED %s %llu\n", s.id().c_str(), static_cast<unsigned long long>(scope.token()));
+            std::fflush(stdout);
+            co_await scope.wait_lost(tuple_awaitable);  // until SIGKILL
+        },
+        [&](std::exception_ptr e) {
+            if (e) {
+                try {
+                    std::rethrow_exception(e);
+                } catch (std::exception const& x) {
+                    std::fprintf(stderr, "%s: %s\n", what, x.what());
+                }
+                rc = 1;
+            }
+            cl.close();
+        });
+    io.run();
+    return rc;
 }
 
 // ---- etcd (failover_etcd.cpp) ----
