@@ -34,7 +34,10 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -87,16 +90,14 @@ bool stale_connection_error(beast::error_code const& ec) {
 
 // True when the server has already closed (or written unsolicited bytes to)
 // an idle connection. Non-blocking peek; never waits.
+// One recv(MSG_PEEK | MSG_DONTWAIT) syscall: Asio's socket::receive would
+// need an ioctl to make the socket non-blocking first.
 bool idle_connection_dead(connection& c) {
     auto& sock = c.stream.socket();
     if (!sock.is_open()) return true;
-    beast::error_code ec;
-    sock.non_blocking(true, ec);
-    if (ec) return true;
     char byte = 0;
-    std::size_t const n = sock.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) return false;
-    (void)n;
+    auto const n = ::recv(sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     return true;  // EOF, an error, or bytes nobody asked for
 }
 
