@@ -162,7 +162,7 @@ asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
     auto sess = session_->impl();
     if (sess->lost_event.is_set()) throw boost::system::system_error(sess->lost_reason);
     // A candidate whose session dies while it waits stops with that reason.
-    auto r = co_await detail::race(sess->acquire_shared(key_, value_, once, options_.shared_watch),
+    auto r = co_await detail::race(sess->acquire_shared(key_, value_, once, options_),
                                    sess->lost_event.wait());
     if (!r) throw boost::system::system_error(sess->lost_reason);
     if (!*r) co_return leadership_scope{};  // one attempt, not acquired

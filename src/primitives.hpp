@@ -100,11 +100,10 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     // Campaigns for `key` until held (or one attempt when `once`); nullptr
     // when `once` and not acquired. The scope is registered and monitored.
     virtual asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) = 0;
-    // The same, with followers and the leader's monitor sharing one watch on
-    // `watch_prefix` (a prefix of `key`) where the backend can; by default
-    // the prefix is ignored.
+    // The same, with the election's options where the backend has a use for
+    // them (Consul: shared_watch, quick_retake); by default they are ignored.
     virtual asio::awaitable<std::shared_ptr<scope_state>> acquire_shared(std::string key, std::string value, bool once,
-                                                                         std::string /*watch_prefix*/) {
+                                                                         election_options const& /*options*/) {
         return acquire(std::move(key), std::move(value), once);
     }
     virtual asio::awaitable<std::optional<leader_info>> read_leader(std::string key) = 0;

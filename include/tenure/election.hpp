@@ -46,6 +46,15 @@ struct election_options {
     /// queries, the lowest handover latency for a few keys. Consul only
     /// (ignored on etcd, whose watches are streams already).
     std::string shared_watch;
+
+    /// Retake the key without reading it first when this session was the
+    /// last to release it and nobody has written it since (a check-index +
+    /// lock transaction): one request fewer per term for a process that
+    /// takes the same lock again and again. The cost: a candidate that calls
+    /// acquire() right after release() usually beats the followers the
+    /// release woke (they need a round trip to try), so the key does not go
+    /// round. Consul only.
+    bool quick_retake = false;
 };
 
 class election {

@@ -8,6 +8,7 @@
 
 #include <boost/asio/this_coro.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <random>
 
@@ -25,6 +26,29 @@ std::string unique_check_id(std::string const& name) {
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
     return "tenure-health:" + name + ":" + buf;
 }
+
+// A different retry spread for every candidate (see acquire_backoff).
+std::uint64_t next_spread_seed() {
+    static std::atomic<std::uint64_t> next{std::random_device{}()};
+    return next.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed);
+}
+
+// This process's candidates that saw a key freed and may have to wait for a
+// lock-delay to end. Their retries at its end would leave from one thread at
+// once, and the winner's answer would queue behind every loser's request:
+// each candidate spreads its retry over this much per candidate that saw it
+// first (a candidate alone in its process, the usual deployment, retries
+// exactly at the end).
+std::atomic<int> lock_delay_waiters{0};
+constexpr auto spread_per_waiter = std::chrono::microseconds{250};
+constexpr auto max_retry_spread = std::chrono::milliseconds{10};
+
+struct saw_key_freed {
+    saw_key_freed() { lock_delay_waiters.fetch_add(1, std::memory_order_relaxed); }
+    ~saw_key_freed() { lock_delay_waiters.fetch_sub(1, std::memory_order_relaxed); }
+    saw_key_freed(saw_key_freed const&) = delete;
+    saw_key_freed& operator=(saw_key_freed const&) = delete;
+};
 }  // namespace
 
 consul::read_options consistent_read(std::uint64_t index, std::chrono::nanoseconds wait) {
@@ -37,9 +61,25 @@ consul::read_options consistent_read(std::uint64_t index, std::chrono::nanosecon
     return ro;
 }
 
+// PUT ?release=, or for quick_retake a one-op `unlock` transaction (the same
+// rule): its answer carries the key's new ModifyIndex, which lets this
+// session's next acquire of the key skip its first read.
 asio::awaitable<void> consul_lock_scope::send_release() {
     auto self = shared_from_this();
-    co_await client.kv_release(key, session->id, value, consul::lock_flag_value);
+    if (!quick_retake) {
+        co_await client.kv_release(key, session->id, value, consul::lock_flag_value);
+        co_return;
+    }
+    consul::txn_op op;
+    op.verb = "unlock";
+    op.key = key;
+    op.value = value;
+    op.flags = consul::lock_flag_value;
+    op.session = session->id;
+    std::vector<consul::txn_op> ops{std::move(op)};
+    auto r = co_await client.txn(std::move(ops));
+    if (r.committed && r.results.size() == 1 && r.results.front().session.empty())
+        static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
 }
 
 asio::awaitable<boost::system::error_code> consul_lock_scope::check_held() {
@@ -143,11 +183,13 @@ asio::awaitable<void> consul_lock_scope::monitor() {
 // fencing token) and says why a refusal happened, with no second read.
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
                                                                             bool once,
-                                                                            std::shared_ptr<kv_watch_hub> hub) {
+                                                                            std::shared_ptr<kv_watch_hub> hub,
+                                                                            bool quick_retake) {
     auto self = std::static_pointer_cast<consul_session>(shared_from_this());
     std::uint64_t index = 0;
     std::optional<kv_watch_hub::known_state> known;  // nullopt: any state answers
     acquire_backoff backoff;
+    std::optional<saw_key_freed> in_herd;  // from seeing the key freed to the end of the attempt
     std::string last_holder;
     clock::duration holder_delay = options.lock_delay;
     clock::duration error_retry = 20ms;
@@ -158,6 +200,37 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     lock_op.value = value;
     lock_op.flags = consul::lock_flag_value;
     lock_op.session = id;
+
+    auto acquired = [&](consul::kv_pair const& held) {
+        auto st = std::make_shared<consul_lock_scope>(self, key, value, client, hub);
+        st->token = held.lock_index;
+        st->modify_index = held.modify_index;
+        st->quick_retake = quick_retake;
+        adopt(st);
+        return st;
+    };
+
+    // Quick retake: this session released the key cleanly and, if nobody has
+    // touched it since (check-index), it is still a free lock key: take it
+    // with no read first. Any other answer falls back to the loop below.
+    // Opt-in: a woken follower needs about one round trip to try, so a
+    // candidate that retakes at once usually beats it (no rotation).
+    if (auto it = released_at.find(key); it != released_at.end() && quick_retake) {
+        consul::txn_op check;
+        check.verb = "check-index";
+        check.key = key;
+        check.index = it->second;
+        released_at.erase(it);
+        std::optional<consul::txn_result> t;
+        try {
+            std::vector<consul::txn_op> ops{std::move(check), lock_op};
+            t = co_await client.txn(std::move(ops));
+        } catch (system_error const& ex) {
+            if (is_abort(ex)) throw;
+        }
+        if (t && t->committed && t->results.size() == 2 && t->results.back().session == id)
+            co_return acquired(t->results.back());
+    }
 
     for (;;) {
         std::optional<key_view> r;
@@ -199,6 +272,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 }
             }
             backoff.held();
+            in_herd.reset();
             if (once) co_return nullptr;
             index = hub ? r->index : consul::next_wait_index(index, r->index);
             known = known_of(pair);
@@ -206,7 +280,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         if (!last_holder.empty()) {
             // We saw it held and now free: a lock-delay may have started now.
+            auto const others = lock_delay_waiters.load(std::memory_order_relaxed);
+            backoff.spread_retries(std::min<clock::duration>(max_retry_spread, others * spread_per_waiter),
+                                   next_spread_seed());
             backoff.freed(clock::now(), holder_delay);
+            in_herd.emplace();
             last_holder.clear();
         }
 
@@ -218,15 +296,10 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             if (is_abort(ex)) throw;
         }
         auto const outcome = t ? classify(*t) : lock_outcome::failed;
-        if (outcome == lock_outcome::acquired && !t->results.empty() && t->results.front().session == id) {
-            auto const& held = t->results.front();
-            auto st = std::make_shared<consul_lock_scope>(self, key, value, client, hub);
-            st->token = held.lock_index;
-            st->modify_index = held.modify_index;
-            adopt(st);
-            co_return st;
-        }
+        if (outcome == lock_outcome::acquired && !t->results.empty() && t->results.front().session == id)
+            co_return acquired(t->results.front());
         if (outcome == lock_outcome::held) {
+            in_herd.reset();
             if (once) co_return nullptr;
             // Lost the race: wait until the snapshot shows the winner.
             index = hub ? r->index : 0;
@@ -235,7 +308,33 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         if (outcome == lock_outcome::lock_delay) {
             if (once) co_return nullptr;
-            co_await sleep_until(backoff.refused(clock::now(), options.lock_delay));
+            // Retry when the delay ends with the lock alone, guarded by what
+            // the read showed (the free key's index, or its absence): no read
+            // first, so the first retry is one round trip. Anything but
+            // another lock-delay refusal goes back to reading the key.
+            consul::txn_op guard;
+            guard.key = key;
+            if (pair) {
+                guard.verb = "check-index";
+                guard.index = pair->modify_index;
+            } else {
+                guard.verb = "check-not-exists";
+            }
+            for (;;) {
+                co_await sleep_until(backoff.refused(clock::now(), options.lock_delay));
+                std::optional<consul::txn_result> g;
+                try {
+                    std::vector<consul::txn_op> ops{guard, lock_op};
+                    g = co_await client.txn(std::move(ops));
+                } catch (system_error const& ex) {
+                    if (is_abort(ex)) throw;
+                }
+                auto const again = g ? classify(*g) : lock_outcome::failed;
+                if (again == lock_outcome::acquired && !g->results.empty() && g->results.back().session == id)
+                    co_return acquired(g->results.back());
+                if (again != lock_outcome::lock_delay) break;
+            }
+            in_herd.reset();
             index = 0;
             known.reset();
             continue;
@@ -249,14 +348,16 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
 }
 
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::string key, std::string value, bool once) {
-    return acquire_with(std::move(key), std::move(value), once, nullptr);
+    return acquire_with(std::move(key), std::move(value), once, nullptr, false);
 }
 
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_shared(std::string key, std::string value,
-                                                                              bool once, std::string watch_prefix) {
-    if (watch_prefix.empty() || !key.starts_with(watch_prefix))
-        return acquire_with(std::move(key), std::move(value), once, nullptr);
-    return acquire_with(std::move(key), std::move(value), once, kv_watch_hub::get(client, watch_prefix));
+                                                                              bool once,
+                                                                              election_options const& options) {
+    auto const& prefix = options.shared_watch;
+    std::shared_ptr<kv_watch_hub> hub;
+    if (!prefix.empty() && key.starts_with(prefix)) hub = kv_watch_hub::get(client, prefix);
+    return acquire_with(std::move(key), std::move(value), once, std::move(hub), options.quick_retake);
 }
 
 asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::client& client, session_options options) {

@@ -24,6 +24,8 @@ struct consul_lock_scope final : scope_state {
     std::shared_ptr<kv_watch_hub> hub;  // the prefix's shared query, or null: own blocking queries
     std::uint64_t modify_index = 0;
 
+    bool quick_retake = false;  // release with a transaction that reports the key's ModifyIndex
+
     // The release wakes the monitor's own blocking query; a hub waiter costs
     // nothing to cancel.
     bool monitor_outlives_release() const noexcept override { return !hub; }
@@ -42,6 +44,16 @@ struct consul_session final : session_impl {
     // LockDelay of the sessions seen holding keys (a session's LockDelay never
     // changes): 10 000 followers of one holder ask once, not 10 000 times.
     std::unordered_map<std::string, clock::duration> holder_delays;
+    // Where this session's last clean release left each key (its
+    // ModifyIndex): with election_options::quick_retake the next acquire of
+    // the key tries a check-index + lock transaction at once instead of
+    // reading the key first.
+    std::unordered_map<std::string, std::uint64_t> released_at;
+
+    void note_released(std::string const& key, std::uint64_t modify_index) {
+        if (released_at.size() >= 4096) released_at.clear();
+        released_at.insert_or_assign(key, modify_index);
+    }
 
     asio::awaitable<bool> renew_once() override {
         auto renewed = co_await client.session_renew(id);
@@ -74,9 +86,9 @@ struct consul_session final : session_impl {
 
     asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
     asio::awaitable<std::shared_ptr<scope_state>> acquire_shared(std::string key, std::string value, bool once,
-                                                                 std::string watch_prefix) override;
+                                                                 election_options const& options) override;
     asio::awaitable<std::shared_ptr<scope_state>> acquire_with(std::string key, std::string value, bool once,
-                                                               std::shared_ptr<kv_watch_hub> hub);
+                                                               std::shared_ptr<kv_watch_hub> hub, bool quick_retake);
 
     // Consul's semaphore protocol (src/consul/semaphore.cpp).
     asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,

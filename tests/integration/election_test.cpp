@@ -6,6 +6,7 @@
 // server could hand the key to anyone else).
 #include "agent_process.hpp"
 #include "fault_proxy.hpp"
+#include "http_client.hpp"
 
 #include "../../src/primitives.hpp"  // the session's scope list (memory of ended terms)
 
@@ -215,6 +216,47 @@ BOOST_AUTO_TEST_CASE(destroy_applies_lock_delay_then_hands_over_promptly) {
         BOOST_TEST(waited >= 700.0);  // nobody before the lock-delay ends
         BOOST_TEST(waited < 700.0 + 300.0);
         BOOST_TEST(sb->token() > sa.token());
+        co_await b.close();
+    });
+}
+
+// The retry at the end of a lock-delay goes without a read first, guarded by
+// the index of the free key it saw. A key rewritten as plain data during the
+// delay must fail that guard: the candidate reads, finds a conflict, and the
+// data stays as written.
+BOOST_AUTO_TEST_CASE(a_key_rewritten_during_lock_delay_is_a_conflict_not_overwritten) {
+    auto client = make_client();
+    tenure::itest::http_client http("127.0.0.1", agent.port());
+    auto lock_delay_refusals = [&] {
+        auto text = http.get("/v1/agent/metrics?format=prometheus").body;
+        auto at = text.find("\ntenure_lock_delay_rejections_total ");
+        BOOST_REQUIRE(at != std::string::npos);
+        return std::stod(text.substr(at + 36));
+    };
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 800ms));
+        auto b = co_await tenure::session::create(*client, opts("b", 2s, 800ms));
+        tenure::election ea(a, "itest/rewritten", "a"), eb(b, "itest/rewritten", "b");
+        auto sa = co_await ea.acquire();
+        std::optional<error_code> b_result;
+        eb.acquire([&](error_code ec, tenure::leadership_scope s) {
+            b_result = ec;
+            BOOST_TEST(!s.held());
+        });
+        double const before = lock_delay_refusals();
+        co_await client->session_destroy(a.id());
+        // b saw the key freed and was refused by the lock-delay: it now waits.
+        while (lock_delay_refusals() == before) co_await sleep_for(1ms);
+        BOOST_TEST(!b_result.has_value());
+        std::optional<std::string> data = "plain data";
+        co_await client->kv_put("itest/rewritten", data);
+        while (!b_result) co_await sleep_for(1ms);
+        BOOST_TEST((*b_result == tenure::error::lock_conflict));
+        auto kept = co_await client->kv_get("itest/rewritten");
+        BOOST_REQUIRE(kept.value);
+        BOOST_TEST(kept.value->value.value_or("") == "plain data");
+        BOOST_TEST(kept.value->session.empty());
+        BOOST_TEST(kept.value->flags == 0u);
         co_await b.close();
     });
 }
@@ -520,6 +562,82 @@ BOOST_AUTO_TEST_CASE(reacquiring_a_held_key_with_the_same_session_is_handled) {
         BOOST_TEST(s.token() == 1u);  // the same term: LockIndex unchanged
         BOOST_TEST(co_await s.confirm());
         co_await a.close();
+    });
+}
+
+// election_options::quick_retake: the retake of a key the session released
+// itself skips the first read, guarded by check-index. Whatever happened to
+// the key in between must still be honoured.
+BOOST_AUTO_TEST_CASE(quick_retake_honours_whatever_happened_to_the_key_meanwhile) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 5s, 0ms));
+        auto b = co_await tenure::session::create(*client, opts("b", 5s, 0ms));
+        tenure::election_options quick;
+        quick.quick_retake = true;
+        tenure::election ea(a, "itest/retake", "a", quick), eb(b, "itest/retake", "b");
+
+        // Nobody in between: terms follow each other, tokens grow.
+        std::uint64_t last = 0;
+        for (int i = 0; i < 20; ++i) {
+            auto s = co_await ea.acquire();
+            BOOST_REQUIRE(s.held());
+            BOOST_REQUIRE(s.token() > last);
+            last = s.token();
+            auto held = co_await client->kv_get("itest/retake");
+            BOOST_REQUIRE(held.value);
+            BOOST_TEST(held.value->session == a.id());
+            BOOST_TEST(held.value->value.value_or("") == "a");
+            co_await s.release();
+        }
+
+        // Another session took and released the key: the retake still works
+        // and its token is above the other's.
+        {
+            auto sb = co_await eb.acquire();
+            BOOST_TEST(sb.token() > last);
+            last = sb.token();
+            co_await sb.release();
+            auto s = co_await ea.acquire();
+            BOOST_TEST(s.held());
+            BOOST_TEST(s.token() > last);
+            last = s.token();
+            co_await s.release();
+        }
+
+        // Another session holds the key: the retake waits for it.
+        {
+            auto sb = co_await eb.acquire();
+            std::optional<tenure::leadership_scope> sa;
+            ea.acquire([&](error_code ec, tenure::leadership_scope s) {
+                BOOST_REQUIRE(!ec);
+                sa = std::move(s);
+            });
+            co_await sleep_for(50ms);
+            BOOST_TEST(!sa.has_value());  // b still holds it
+            co_await sb.release();
+            while (!sa) co_await sleep_for(1ms);
+            BOOST_TEST(sa->token() > sb.token());
+            co_await sa->release();
+        }
+
+        // Someone wrote the key as plain data: a conflict, and the data stays.
+        {
+            auto s = co_await ea.acquire();
+            co_await s.release();
+            std::optional<std::string> data = "not a lock";
+            co_await client->kv_put("itest/retake", data);
+            auto [ec, scope] = co_await ea.acquire(asio::as_tuple(asio::use_awaitable));
+            BOOST_TEST((ec == tenure::error::lock_conflict));
+            BOOST_TEST(!scope.held());
+            auto kept = co_await client->kv_get("itest/retake");
+            BOOST_REQUIRE(kept.value);
+            BOOST_TEST(kept.value->value.value_or("") == "not a lock");
+            BOOST_TEST(kept.value->session.empty());
+            BOOST_TEST(kept.value->flags == 0u);
+        }
+        co_await a.close();
+        co_await b.close();
     });
 }
 

@@ -162,6 +162,38 @@ BOOST_AUTO_TEST_CASE(without_an_observed_release_the_fallback_delay_is_used) {
     BOOST_TEST((b.refused(t0, 2s) == t0 + 2s));
 }
 
+BOOST_AUTO_TEST_CASE(retries_spread_after_the_lock_delay_never_before_it) {
+    // A hundred followers with different seeds: all retry at or after the end
+    // of the 100 ms lock-delay, within the 2 ms spread, and not all at once.
+    time_point first = time_point::max(), last = time_point::min();
+    for (std::uint64_t seed = 1; seed <= 100; ++seed) {
+        acquire_backoff b;
+        b.spread_retries(2ms, seed * 7919);
+        b.freed(t0, 100ms);
+        auto const at = b.refused(t0 + 1ms, 1s);
+        BOOST_TEST((at >= t0 + 100ms));
+        BOOST_TEST((at <= t0 + 102ms));
+        first = std::min(first, at);
+        last = std::max(last, at);
+    }
+    BOOST_TEST((last - first > 1ms));
+    BOOST_TEST((first - (t0 + 100ms) < 200us));  // someone goes almost at once
+}
+
+BOOST_AUTO_TEST_CASE(the_spread_is_at_most_a_tenth_of_the_lock_delay) {
+    for (std::uint64_t seed = 1; seed <= 50; ++seed) {
+        acquire_backoff b;
+        b.spread_retries(2ms, seed);
+        b.freed(t0, 5ms);
+        auto const at = b.refused(t0, 1s);
+        BOOST_TEST((at >= t0 + 5ms && at <= t0 + 5500us));
+        acquire_backoff c;
+        c.spread_retries(2ms, seed);
+        c.freed(t0, 0ms);  // no lock-delay: no spread
+        BOOST_TEST((c.refused(t0, 1s) == t0 + 2ms));  // the ordinary short backoff
+    }
+}
+
 BOOST_AUTO_TEST_CASE(a_new_holder_resets_the_estimate) {
     acquire_backoff b;
     b.freed(t0, 15s);

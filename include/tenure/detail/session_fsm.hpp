@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <optional>
+#include <random>
 
 namespace tenure::detail {
 
@@ -126,11 +128,20 @@ public:
                              duration max_backoff = std::chrono::milliseconds{250})
         : min_(min_backoff), max_(max_backoff) {}
 
+    // Spreads the retries of many followers over up to `max_spread` (at most
+    // a tenth of the lock-delay) after its end, drawn from `seed`: when a
+    // hundred candidates retry at the same instant, the winner's answer
+    // queues behind the losers' requests. Off (0) by default.
+    void spread_retries(duration max_spread, std::uint64_t seed) {
+        spread_ = max_spread;
+        rng_.seed(static_cast<std::uint_fast32_t>(seed ^ (seed >> 32)));
+    }
+
     // The key was seen going from held to free at `now`; `lock_delay` is the
     // previous holder's LockDelay (clamped to 60 s as the server does).
     void freed(time_point now, duration lock_delay) {
         lock_delay = std::clamp<duration>(lock_delay, duration{0}, std::chrono::seconds{60});
-        expected_end_ = now + lock_delay;
+        expected_end_ = now + lock_delay + spread_sample(lock_delay);
         attempts_ = 0;
     }
 
@@ -156,9 +167,18 @@ public:
     std::optional<time_point> expected_end() const noexcept { return expected_end_; }
 
 private:
+    duration spread_sample(duration lock_delay) {
+        auto const limit = std::min<duration>(spread_, lock_delay / 10);
+        if (limit <= duration{0}) return duration{0};
+        std::uniform_int_distribution<duration::rep> d(0, limit.count());
+        return duration{d(rng_)};
+    }
+
     duration min_, max_;
     std::optional<time_point> expected_end_;
     int attempts_ = 0;
+    duration spread_{0};
+    std::minstd_rand rng_;
 };
 
 }  // namespace tenure::detail
