@@ -2,11 +2,13 @@
 // and by K candidates contending, over loopback HTTP (the `tenure agent`
 // binary as a child) and in-process (tenure::agent on the bench's io_context).
 //
-//   throughput [--quick | --full] [--backend http,inproc] [--candidates 1,2,10,100]
-//              [--seconds S] [--csv FILE] [--plot DIR]
+//   throughput [--quick | --full] [--backend http,http-retake,inproc,inproc-retake]
+//              [--candidates 1,2,10,100] [--seconds S] [--csv FILE] [--plot DIR]
 //
 // Each candidate has its own client and session (LockDelay 0, TTL 10 s) and
-// loops: election.acquire(), then scope.release(). A cycle is timed from the
+// loops: election.acquire(), then scope.release(). The "-retake" backends set
+// election_options::quick_retake (no read before retaking a key the
+// candidate itself released). A cycle is timed from the
 // acquire() call to the release's answer; with K > 1 it includes the wait for
 // the others' terms. Prints cycles/s, the per-cycle latency percentiles, the
 // acquire() part alone, and how evenly the cycles were shared (min/max per
@@ -15,6 +17,7 @@
 
 #include <tenure/election.hpp>
 
+#include <array>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -83,10 +86,12 @@ asio::awaitable<void> cycle_loop(worker& w, result& r, bool const& measuring, bo
     }
 }
 
-asio::awaitable<result> measure(backend& be, int k, double seconds) {
+asio::awaitable<result> measure(backend& be, std::string name, int k, double seconds) {
     auto ex = co_await asio::this_coro::executor;
     result r;
-    r.backend = be.name();
+    r.backend = name;
+    tenure::election_options eo;
+    eo.quick_retake = name.ends_with("-retake");
     r.candidates = k;
     std::string key = "bench/throughput/" + std::to_string(k) + "/" +
                       std::to_string(steady::now().time_since_epoch().count());
@@ -100,7 +105,7 @@ asio::awaitable<result> measure(backend& be, int k, double seconds) {
         so.ttl = 10s;
         so.lock_delay = 0s;
         w->s = co_await tenure::session::create(*w->cl, so);
-        w->e.emplace(w->s, key, so.name);
+        w->e.emplace(w->s, key, so.name, eo);
         ws.push_back(std::move(w));
     }
     bool measuring = false, stopping = false;
@@ -126,7 +131,7 @@ asio::awaitable<result> measure(backend& be, int k, double seconds) {
     auto const total = std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
     while (steady::now() - start < total) {
         co_await sleep_for(std::min<steady::duration>(total - (steady::now() - start), 500ms));
-        std::fprintf(stderr, "\r  %-6s K=%-3d %5.1f s  %zu cycles", be.name().c_str(), k,
+        std::fprintf(stderr, "\r  %-13s K=%-3d %5.1f s  %zu cycles", name.c_str(), k,
                      std::chrono::duration<double>(steady::now() - start).count(), r.cycle_ms.size());
     }
     stopping = true;
@@ -147,8 +152,33 @@ asio::awaitable<result> measure(backend& be, int k, double seconds) {
     co_return r;
 }
 
+// The floor under every HTTP row: one raw HTTP/1.1 round trip to the same
+// agent over a blocking socket (no tenure code on the client side), a GET of
+// a missing key. A cycle needs at least two round trips (the lock, the
+// release), so one candidate can do at most 1 / (2 x p50) cycles per second.
+void print_floor(std::string const& url) {
+    auto const port = static_cast<unsigned short>(std::stoi(url.substr(url.rfind(':') + 1)));
+    asio::io_context io;
+    asio::ip::tcp::socket sock(io);
+    sock.connect({asio::ip::make_address("127.0.0.1"), port});
+    sock.set_option(asio::ip::tcp::no_delay(true));
+    std::string const req = "GET /v1/kv/bench/floor HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    std::vector<double> rtt;
+    std::array<char, 4096> buf{};
+    for (int i = 0; i < 20000; ++i) {
+        auto const t0 = steady::now();
+        asio::write(sock, asio::buffer(req));
+        sock.read_some(asio::buffer(buf));  // the 404 answer fits one segment
+        if (i >= 1000) rtt.push_back(ms(steady::now() - t0) * 1000.0);
+    }
+    double const p50 = pct(rtt, 50);
+    std::printf("floor: one raw HTTP round trip to the agent (blocking socket, no tenure code): p50 %.1f us, "
+                "p99 %.1f us\n       -> at most %.0f cycles/s for one candidate (2 round trips per cycle)\n",
+                p50, pct(rtt, 99), 1e6 / (2 * p50));
+}
+
 void print_header() {
-    std::printf("%-7s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %s\n", "backend", "K", "cycles",
+    std::printf("%-13s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %s\n", "backend", "K", "cycles",
                 "cycles/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "acq p50", "acq p99", "min/c", "max/c", "switch%",
                 "load");
 }
@@ -159,7 +189,7 @@ void print_row(result const& r) {
     int mn = r.per_candidate.empty() ? 0 : *std::min_element(r.per_candidate.begin(), r.per_candidate.end());
     int mx = r.per_candidate.empty() ? 0 : *std::max_element(r.per_candidate.begin(), r.per_candidate.end());
     double sw = n > 1 ? 100.0 * r.switches / static_cast<double>(n - 1) : 0.0;
-    std::printf("%-7s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %s\n",
+    std::printf("%-13s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %s\n",
                 r.backend.c_str(), r.candidates, n, rate, pct(r.cycle_ms, 50), pct(r.cycle_ms, 90),
                 pct(r.cycle_ms, 99), max_of(r.cycle_ms), pct(r.acquire_ms, 50), pct(r.acquire_ms, 99), mn, mx, sw,
                 r.load.c_str());
@@ -193,7 +223,12 @@ void plot(config const& cfg, std::vector<result> const& results) {
     g << "set grid\nset logscale x\nset xlabel 'candidates K (log scale)'\nset key top right\n";
     g << "set ylabel 'cycles per second (all candidates together, log scale)'\nset logscale y\n";
     g << "set title 'throughput'\n";
-    auto color = [](std::string const& b) { return std::string(b == "http" ? "#d95f02" : "#1b9e77"); };
+    auto color = [](std::string const& b) {
+        if (b == "http") return std::string("#d95f02");
+        if (b == "http-retake") return std::string("#7570b3");
+        if (b == "inproc-retake") return std::string("#e7298a");
+        return std::string("#1b9e77");
+    };
     std::string plot = "plot ";
     for (std::size_t i = 0; i < cfg.backends.size(); ++i) {
         if (i) plot += ", ";
@@ -218,7 +253,8 @@ void plot(config const& cfg, std::vector<result> const& results) {
 }
 
 int usage() {
-    std::cerr << "usage: throughput [--quick | --full] [--backend http,inproc] [--candidates 1,2,10,100]\n"
+    std::cerr << "usage: throughput [--quick | --full] [--backend http,http-retake,inproc,inproc-retake]\n"
+                 "                  [--candidates 1,2,10,100]\n"
                  "                  [--seconds S] [--csv FILE] [--plot DIR]\n";
     return 2;
 }
@@ -250,7 +286,7 @@ int main(int argc, char** argv) {
             else return usage();
         }
         for (auto const& b : cfg.backends)
-            if (b != "http" && b != "inproc") throw std::runtime_error("unknown backend " + b);
+            if (b != "http" && b != "inproc" && b != "http-retake" && b != "inproc-retake") throw std::runtime_error("unknown backend " + b);
     } catch (std::exception const& e) {
         std::cerr << "throughput: " << e.what() << "\n";
         return usage();
@@ -275,9 +311,12 @@ int main(int argc, char** argv) {
         [&]() -> asio::awaitable<void> {
             for (auto const& bname : cfg.backends) {
                 std::unique_ptr<backend> be =
-                    bname == "http" ? backend::start_http(io, "1s") : backend::start_inproc(io, 1s);
+                    bname.starts_with("http") ? backend::start_http(io, "1s") : backend::start_inproc(io, 1s);
+                if (bname == "http" || (bname == "http-retake" && std::find(cfg.backends.begin(), cfg.backends.end(),
+                                                                              "http") == cfg.backends.end()))
+                    print_floor(be->url());
                 for (int k : cfg.candidates) {
-                    result r = co_await measure(*be, k, cfg.seconds);
+                    result r = co_await measure(*be, bname, k, cfg.seconds);
                     print_row(r);
                     results.push_back(std::move(r));
                 }
