@@ -118,8 +118,11 @@ struct params {
 };
 
 // Reply of the agent to one request (the parts the client model reads).
+enum class lock_outcome { acquired, held, lock_delay, failed };
+
 struct reply {
     bool ok = true;  // false: HTTP 500 (the client throws, like a transport error)
+    lock_outcome outcome = lock_outcome::failed;  // of a lock transaction
     bool found = true;
     bool result = false;
     std::optional<agent::kv_entry> kv;
@@ -212,7 +215,8 @@ private:
     void start_acquire();
     void acquire_step();
     void acquire_held_by_other(std::uint64_t meta_index);
-    void acquire_try(std::uint64_t epoch);
+    void acquire_try(std::uint64_t epoch, std::optional<agent::kv_entry> seen);
+    void acquire_after_lock_delay(std::uint64_t epoch, agent::txn_kv_op guard, agent::txn_kv_op lock);
     void acquire_transient();
     void acquire_failed();  // an exception out of acquire: campaign's `failed` path
     void elected(std::uint64_t token, std::uint64_t modify_index);
@@ -574,7 +578,7 @@ void client::acquire_step() {
                 acq_.backoff.freed(local_now(), acq_.holder_delay);
                 acq_.last_holder.clear();
             }
-            acquire_try(ep);
+            acquire_try(ep, pair);
         });
 }
 
@@ -586,66 +590,93 @@ void client::acquire_held_by_other(std::uint64_t meta_index) {
     acquire_step();
 }
 
-void client::acquire_try(std::uint64_t ep) {
+namespace {
+// A lock transaction at the agent, its answer classified as classify() in
+// src/consul/lock.cpp does.
+std::function<void(std::function<void(reply)>)> lock_txn(world& w, std::vector<agent::txn_kv_op> ops) {
+    return [&w, ops = std::move(ops)](std::function<void(reply)> respond) {
+        auto out = w.sm.txn(ops, w.sched.now());
+        reply rep;
+        if (out.errors.empty()) {
+            rep.outcome = lock_outcome::acquired;
+            if (!out.results.empty()) rep.kv = out.results.back();
+        } else {
+            for (auto const& e : out.errors) {
+                if (e.what.find("lock delay") != std::string::npos) {
+                    rep.outcome = lock_outcome::lock_delay;
+                    break;
+                }
+                if (e.what.find("already held") != std::string::npos) {
+                    rep.outcome = lock_outcome::held;
+                    break;
+                }
+            }
+        }
+        respond(std::move(rep));
+    };
+}
+}  // namespace
+
+// The lock is a one-op `lock` transaction (classify() in src/consul/lock.cpp).
+void client::acquire_try(std::uint64_t ep, std::optional<agent::kv_entry> seen) {
     auto& w = w_;
-    auto key = key_;
-    auto sid = sess_->id;
-    auto cid = id_;
-    rpc("kv_acquire", request_deadline(),
-        [&w, key, sid, cid](std::function<void(reply)> respond) {
-            auto r = w.sm.kv_acquire(key, "c" + std::to_string(cid), lock_flag, sid, w.sched.now());
-            reply rep;
-            if (auto* b = std::get_if<bool>(&r)) rep.result = *b;
-            else rep.ok = false;
-            respond(std::move(rep));
-        },
-        [this, ep, key](std::optional<reply> r) {
+    agent::txn_kv_op lock;
+    lock.verb = "lock";
+    lock.key = key_;
+    lock.value = "c" + std::to_string(id_);
+    lock.flags = lock_flag;
+    lock.session = sess_->id;
+    rpc("txn(lock)", request_deadline(), lock_txn(w, {lock}),
+        [this, ep, lock, seen](std::optional<reply> r) {
             if (ep != acquire_epoch_) return;
-            if (!r || !r->ok) {
-                acquire_transient();
+            auto const outcome = r && r->ok ? r->outcome : lock_outcome::failed;
+            if (outcome == lock_outcome::acquired && r->kv && r->kv->session == sess_->id) {
+                elected(r->kv->lock_index, r->kv->modify_index);
                 return;
             }
-            auto& w = w_;
-            if (r->result) {
-                // Read back the LockIndex: the fencing token. Not in a try: a failure throws out of acquire.
-                rpc("kv_get(read back)", request_deadline(),
-                    [&w, key](std::function<void(reply)> respond) { w.agent_kv_get(key, 0, {}, std::move(respond)); },
-                    [this, ep](std::optional<reply> held) {
-                        if (ep != acquire_epoch_) return;
-                        if (!held || !held->ok) {
-                            acquire_failed();
-                            return;
-                        }
-                        if (!held->kv || held->kv->session != sess_->id) {
-                            acq_.index = 0;  // taken away at once: campaign again
-                            acquire_step();
-                            return;
-                        }
-                        elected(held->kv->lock_index, held->kv->modify_index);
-                    });
+            if (outcome == lock_outcome::held) {  // lost the race: read again
+                acq_.index = 0;
+                acquire_step();
                 return;
             }
-            // Refused. Held again (lost the race) or a lock-delay on a free key?
-            rpc("kv_get(after refusal)", request_deadline(),
-                [&w, key](std::function<void(reply)> respond) { w.agent_kv_get(key, 0, {}, std::move(respond)); },
-                [this, ep](std::optional<reply> again) {
-                    if (ep != acquire_epoch_) return;
-                    if (!again || !again->ok) {
-                        acquire_failed();
-                        return;
-                    }
-                    if (again->kv && !again->kv->session.empty()) {
-                        acq_.index = 0;
-                        acquire_step();
-                        return;
-                    }
-                    auto when = acq_.backoff.refused(local_now(), w_params().lock_delay);
-                    acq_.index = 0;
-                    timer_local(when, [this, ep] {
-                        if (ep == acquire_epoch_) acquire_step();
-                    });
-                });
+            if (outcome == lock_outcome::lock_delay) {
+                // Retry at the delay's end with the lock alone, guarded by
+                // the free key as read (its index, or its absence).
+                agent::txn_kv_op guard;
+                guard.key = key_;
+                if (seen) {
+                    guard.verb = "check-index";
+                    guard.index = seen->modify_index;
+                } else {
+                    guard.verb = "check-not-exists";
+                }
+                acquire_after_lock_delay(ep, guard, lock);
+                return;
+            }
+            acquire_transient();  // transport error or an odd answer: pause_and_grow
         });
+}
+
+void client::acquire_after_lock_delay(std::uint64_t ep, agent::txn_kv_op guard, agent::txn_kv_op lock) {
+    auto when = acq_.backoff.refused(local_now(), w_params().lock_delay);
+    timer_local(when, [this, ep, guard, lock] {
+        if (ep != acquire_epoch_) return;
+        rpc("txn(check+lock)", request_deadline(), lock_txn(w_, {guard, lock}),
+            [this, ep, guard, lock](std::optional<reply> r) {
+                if (ep != acquire_epoch_) return;
+                auto const outcome = r && r->ok ? r->outcome : lock_outcome::failed;
+                if (outcome == lock_outcome::acquired && r->kv && r->kv->session == sess_->id) {
+                    elected(r->kv->lock_index, r->kv->modify_index);
+                    return;
+                }
+                if (outcome == lock_outcome::lock_delay) {
+                    acquire_after_lock_delay(ep, guard, lock);
+                    return;
+                }
+                acq_.index = 0;  // anything else: read the key again
+                acquire_step();
+            });
+    });
 }
 
 void client::elected(std::uint64_t token, std::uint64_t modify_index) {

@@ -30,10 +30,15 @@
 //             404 -> invalidated, mark_lost -> every scope loses;
 //           consul_session::acquire (src/consul/lock.cpp): consistent read
 //             -> block on index while held by another (learn its LockDelay
-//             once) -> freed() -> acquire -> read back LockIndex (the token)
-//             -> on refusal re-read, then backoff.refused(); transient errors
-//             -> pause_and_grow; raced against the session's loss
-//             (election::acquire_impl);
+//             once) -> freed() -> a one-op `lock` transaction (its answer
+//             carries the LockIndex, the token) -> lost race: read again;
+//             lock-delay: backoff.refused(), then the lock guarded by the
+//             free key's index (check-index / check-not-exists) until it is
+//             not refused by the lock-delay, else read again; transient
+//             errors -> pause_and_grow; raced against the session's loss
+//             (election::acquire_impl). Every candidate is alone in its
+//             process, so its retry spread is 0 (acquire_backoff's default);
+//             quick_retake is off (the default);
 //           consul_lock_scope::monitor: blocking reads from the ModifyIndex,
 //             loss when the key is gone or held by another session;
 //           campaign_impl (src/election.cpp): create session -> acquire ->
