@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <random>
 
 namespace tenure::detail {
@@ -33,22 +34,57 @@ std::uint64_t next_spread_seed() {
     return next.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed);
 }
 
-// This process's candidates that saw a key freed and may have to wait for a
-// lock-delay to end. Their retries at its end would leave from one thread at
-// once, and the winner's answer would queue behind every loser's request:
-// each candidate spreads its retry over this much per candidate that saw it
-// first (a candidate alone in its process, the usual deployment, retries
-// exactly at the end).
-std::atomic<int> lock_delay_waiters{0};
-constexpr auto spread_per_waiter = std::chrono::microseconds{250};
-constexpr auto max_retry_spread = std::chrono::milliseconds{10};
+// This process's candidates that saw a key freed, per key, until their
+// attempt ends. They all try the key (at once, and again when a lock-delay
+// ends) from this process; on one thread the winner's answer would queue
+// behind every loser's request. So each spreads its tries over
+// spread_per_candidate per candidate that saw the key freed before it: the
+// first goes at once, and a candidate alone in its process (the usual
+// deployment) never waits. Process-wide because every client's candidates
+// share the process's threads; a mutex because clients may run on several.
+class key_herds {
+public:
+    static key_herds& instance() {
+        static auto* herds = new key_herds;  // never destroyed: coroutine frames may outlive statics
+        return *herds;
+    }
+    int join(std::string const& key) {
+        std::lock_guard lock(mutex_);
+        return counts_[key]++;
+    }
+    void leave(std::string const& key) {
+        std::lock_guard lock(mutex_);
+        if (auto it = counts_.find(key); it != counts_.end() && --it->second <= 0) counts_.erase(it);
+    }
 
-struct saw_key_freed {
-    saw_key_freed() { lock_delay_waiters.fetch_add(1, std::memory_order_relaxed); }
-    ~saw_key_freed() { lock_delay_waiters.fetch_sub(1, std::memory_order_relaxed); }
-    saw_key_freed(saw_key_freed const&) = delete;
-    saw_key_freed& operator=(saw_key_freed const&) = delete;
+private:
+    std::mutex mutex_;
+    std::unordered_map<std::string, int> counts_;
 };
+
+class herd_member {
+public:
+    explicit herd_member(std::string key) : key_(std::move(key)), before_(key_herds::instance().join(key_)) {}
+    ~herd_member() { key_herds::instance().leave(key_); }
+    herd_member(herd_member const&) = delete;
+    herd_member& operator=(herd_member const&) = delete;
+    int before() const noexcept { return before_; }  // candidates of this process that saw it first
+
+private:
+    std::string key_;
+    int before_;
+};
+
+constexpr auto spread_per_candidate = std::chrono::microseconds{250};
+constexpr auto max_retry_spread = std::chrono::milliseconds{10};     // after a lock-delay (and at most D/10)
+constexpr auto max_first_try_spread = std::chrono::milliseconds{10};  // the first try of a freed key
+
+clock::duration random_up_to(clock::duration limit) {
+    if (limit <= clock::duration::zero()) return clock::duration::zero();
+    std::minstd_rand rng(static_cast<std::uint_fast32_t>(next_spread_seed() >> 16));
+    std::uniform_int_distribution<clock::duration::rep> d(0, limit.count());
+    return clock::duration{d(rng)};
+}
 }  // namespace
 
 consul::read_options consistent_read(std::uint64_t index, std::chrono::nanoseconds wait) {
@@ -189,7 +225,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     std::uint64_t index = 0;
     std::optional<kv_watch_hub::known_state> known;  // nullopt: any state answers
     acquire_backoff backoff;
-    std::optional<saw_key_freed> in_herd;  // from seeing the key freed to the end of the attempt
+    std::optional<herd_member> in_herd;  // from seeing the key freed to the end of the attempt
     std::string last_holder;
     clock::duration holder_delay = options.lock_delay;
     clock::duration error_retry = 20ms;
@@ -280,12 +316,14 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         if (!last_holder.empty()) {
             // We saw it held and now free: a lock-delay may have started now.
-            auto const others = lock_delay_waiters.load(std::memory_order_relaxed);
-            backoff.spread_retries(std::min<clock::duration>(max_retry_spread, others * spread_per_waiter),
-                                   next_spread_seed());
+            in_herd.emplace(key);
+            clock::duration const behind = in_herd->before() * spread_per_candidate;
+            backoff.spread_retries(std::min<clock::duration>(max_retry_spread, behind), next_spread_seed());
             backoff.freed(clock::now(), holder_delay);
-            in_herd.emplace();
             last_holder.clear();
+            // Those of this process who saw it free first try first.
+            if (behind > clock::duration::zero())
+                co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
         }
 
         std::optional<consul::txn_result> t;
