@@ -163,6 +163,31 @@ lock_outcome classify(consul::txn_result const& r) {
     return lock_outcome::failed;
 }
 
+// One lock transaction (the lock op last, after any guard): how it went, and
+// the locked key when it went through for `session`. A transport failure is
+// `failed`; cancellation propagates.
+struct lock_attempt {
+    lock_outcome outcome = lock_outcome::failed;
+    std::optional<consul::kv_pair> held;
+};
+
+asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consul::txn_op> ops,
+                                       std::string const& session) {
+    std::optional<consul::txn_result> t;
+    try {
+        t = co_await client.txn(std::move(ops));
+    } catch (system_error const& ex) {
+        if (is_abort(ex)) throw;
+    }
+    lock_attempt a;
+    if (!t) co_return a;
+    a.outcome = classify(*t);
+    if (a.outcome != lock_outcome::acquired) co_return a;
+    if (t->results.empty() || t->results.back().session != session) a.outcome = lock_outcome::failed;  // an odd answer
+    else a.held = std::move(t->results.back());
+    co_return a;
+}
+
 }  // namespace
 
 // Watches the key (its own blocking queries, or the prefix's hub); loss when
@@ -257,15 +282,9 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         check.key = key;
         check.index = it->second;
         released_at.erase(it);
-        std::optional<consul::txn_result> t;
-        try {
-            std::vector<consul::txn_op> ops{std::move(check), lock_op};
-            t = co_await client.txn(std::move(ops));
-        } catch (system_error const& ex) {
-            if (is_abort(ex)) throw;
-        }
-        if (t && t->committed && t->results.size() == 2 && t->results.back().session == id)
-            co_return acquired(t->results.back());
+        std::vector<consul::txn_op> ops{std::move(check), lock_op};
+        auto const a = co_await try_lock(client, std::move(ops), id);
+        if (a.held) co_return acquired(*a.held);
     }
 
     for (;;) {
@@ -326,16 +345,10 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
         }
 
-        std::optional<consul::txn_result> t;
-        try {
-            std::vector<consul::txn_op> ops{lock_op};
-            t = co_await client.txn(std::move(ops));
-        } catch (system_error const& ex) {
-            if (is_abort(ex)) throw;
-        }
-        auto const outcome = t ? classify(*t) : lock_outcome::failed;
-        if (outcome == lock_outcome::acquired && !t->results.empty() && t->results.front().session == id)
-            co_return acquired(t->results.front());
+        std::vector<consul::txn_op> ops{lock_op};
+        auto const attempt = co_await try_lock(client, std::move(ops), id);
+        auto const outcome = attempt.outcome;
+        if (attempt.held) co_return acquired(*attempt.held);
         if (outcome == lock_outcome::held) {
             in_herd.reset();
             if (once) co_return nullptr;
@@ -360,17 +373,10 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             }
             for (;;) {
                 co_await sleep_until(backoff.refused(clock::now(), options.lock_delay));
-                std::optional<consul::txn_result> g;
-                try {
-                    std::vector<consul::txn_op> ops{guard, lock_op};
-                    g = co_await client.txn(std::move(ops));
-                } catch (system_error const& ex) {
-                    if (is_abort(ex)) throw;
-                }
-                auto const again = g ? classify(*g) : lock_outcome::failed;
-                if (again == lock_outcome::acquired && !g->results.empty() && g->results.back().session == id)
-                    co_return acquired(g->results.back());
-                if (again != lock_outcome::lock_delay) break;
+                std::vector<consul::txn_op> guarded{guard, lock_op};
+                auto const again = co_await try_lock(client, std::move(guarded), id);
+                if (again.held) co_return acquired(*again.held);
+                if (again.outcome != lock_outcome::lock_delay) break;
             }
             in_herd.reset();
             index = 0;
