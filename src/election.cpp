@@ -118,7 +118,7 @@ asio::awaitable<bool> leadership_scope::run_impl(std::shared_ptr<detail::scope_s
     if (s->status != detail::scope_status::held) co_return false;
     // The work finishing first is a normal end; the loss event first cancels
     // the work and waits for it to finish.
-    co_return co_await detail::race(std::move(work), s->lost_event.wait());
+    co_return co_await detail::race(std::move(work), s->lost_event);
 }
 
 asio::awaitable<void> leadership_scope::wait_lost_impl(std::shared_ptr<detail::scope_state> s) {
@@ -163,7 +163,7 @@ asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
     if (sess->lost_event.is_set()) throw boost::system::system_error(sess->lost_reason);
     // A candidate whose session dies while it waits stops with that reason.
     auto r = co_await detail::race(sess->acquire_shared(key_, value_, once, options_),
-                                   sess->lost_event.wait());
+                                   sess->lost_event);
     if (!r) throw boost::system::system_error(sess->lost_reason);
     if (!*r) co_return leadership_scope{};  // one attempt, not acquired
     co_return detail::scope_access::make(std::move(*r));

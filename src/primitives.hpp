@@ -9,6 +9,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -16,6 +17,8 @@
 
 #include <list>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,10 @@ public:
     // coroutine is cancelled first.
     asio::awaitable<void> wait();
 
+    template <class T>
+    friend asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> op,
+                                                                                              event& e);
+
 private:
     struct state {
         bool set = false;
@@ -49,6 +56,51 @@ private:
     asio::any_io_executor ex_;
     std::shared_ptr<state> state_;  // shared with waiters, which may outlive the event
 };
+
+// Runs `op` until it completes or `e` is set, whichever comes first: like
+// race(op, e.wait()), which it replaces on the hot paths (every acquire()
+// and run()). The event side is a bare timer wait, not a second coroutine,
+// and it ends with an error code rather than an exception, so the usual
+// outcome - op finishes first - costs no throw. Returns op's result, or
+// nullopt (false for void) when the event came first; rethrows op's
+// exception; throws operation_aborted when the caller is cancelled.
+template <class T>
+asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> op, event& e) {
+    using result = std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>;
+    auto st = e.state_;
+    auto ex = co_await asio::this_coro::executor;
+    if (st->set) co_return result{};
+    asio::steady_timer parked(ex, clock::time_point::max());
+    auto it = st->waiters.insert(st->waiters.end(), &parked);
+    struct unlink {
+        decltype(st) const& owner;  // (decltype: the state type is private to event)
+        decltype(it) pos;
+        ~unlink() { owner->waiters.erase(pos); }
+    } guard{st, it};
+    auto group = asio::experimental::make_parallel_group(asio::co_spawn(ex, std::move(op), asio::deferred),
+                                                         parked.async_wait(asio::deferred));
+    if constexpr (std::is_void_v<T>) {
+        auto [order, ex0, ec1] = co_await std::move(group).async_wait(asio::experimental::wait_for_one(),
+                                                                      asio::deferred);
+        (void)ec1;
+        if (order[0] == 0) {
+            if (ex0) std::rethrow_exception(ex0);
+            co_return true;
+        }
+        if (!st->set) throw boost::system::system_error(asio::error::operation_aborted);
+        co_return false;
+    } else {
+        auto [order, ex0, r0, ec1] = co_await std::move(group).async_wait(asio::experimental::wait_for_one(),
+                                                                          asio::deferred);
+        (void)ec1;
+        if (order[0] == 0) {
+            if (ex0) std::rethrow_exception(ex0);
+            co_return result(std::move(r0));
+        }
+        if (!st->set) throw boost::system::system_error(asio::error::operation_aborted);
+        co_return result{};
+    }
+}
 
 inline asio::awaitable<void> wait_until(clock::time_point deadline) {
     asio::steady_timer timer(co_await asio::this_coro::executor, deadline);

@@ -522,7 +522,7 @@ asio::awaitable<leadership_scope> semaphore::acquire_impl(bool once) {
     auto sess = session_->impl();
     if (sess->lost_event.is_set()) throw system_error(sess->lost_reason);
     // A contender whose session dies while it waits stops with that reason.
-    auto r = co_await detail::race(sess->acquire_permit(prefix_, limit_, value_, once), sess->lost_event.wait());
+    auto r = co_await detail::race(sess->acquire_permit(prefix_, limit_, value_, once), sess->lost_event);
     if (!r) throw system_error(sess->lost_reason);
     if (!*r) co_return leadership_scope{};  // one attempt, full
     co_return detail::scope_access::make(std::move(*r));

@@ -335,6 +335,55 @@ BOOST_AUTO_TEST_CASE(a_bound_check_going_critical_ends_leadership) {
     });
 }
 
+// A waiting acquire() ends in one of two ways besides winning: the caller
+// cancels it (operation_aborted), or its session dies (the session's reason).
+// Neither disturbs the holder, and the candidate that stays keeps waiting.
+BOOST_AUTO_TEST_CASE(a_waiting_candidate_ends_on_cancellation_or_on_its_sessions_loss) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 2s, 0s));
+        auto b = co_await tenure::session::create(*client, opts("b", 300ms, 0s));
+        auto c = co_await tenure::session::create(*client, opts("c", 2s, 0s));
+        tenure::election ea(a, "itest/waiting", "a"), eb(b, "itest/waiting", "b"), ec(c, "itest/waiting", "c");
+        auto sa = co_await ea.acquire();
+        BOOST_REQUIRE(sa.held());
+
+        // c waits; cancelling its wait ends it with operation_aborted.
+        asio::cancellation_signal cancel_c;
+        std::optional<error_code> c_result;
+        asio::co_spawn(io, ec.acquire(asio::as_tuple(asio::use_awaitable)),
+                       asio::bind_cancellation_slot(cancel_c.slot(), [&](std::exception_ptr, auto r) {
+                           c_result = std::get<0>(r);
+                       }));
+        // b waits too; destroying its session ends it with the session's reason.
+        std::optional<error_code> b_result;
+        asio::co_spawn(io, eb.acquire(asio::as_tuple(asio::use_awaitable)),
+                       [&](std::exception_ptr, auto r) { b_result = std::get<0>(r); });
+        co_await sleep_for(50ms);
+        BOOST_TEST(!c_result.has_value());
+        BOOST_TEST(!b_result.has_value());
+
+        cancel_c.emit(asio::cancellation_type::terminal);
+        for (int i = 0; i < 100 && !c_result; ++i) co_await sleep_for(5ms);
+        BOOST_REQUIRE(c_result.has_value());
+        BOOST_TEST((*c_result == asio::error::operation_aborted));
+
+        co_await client->session_destroy(b.id());
+        for (int i = 0; i < 400 && !b_result; ++i) co_await sleep_for(5ms);
+        BOOST_REQUIRE(b_result.has_value());
+        BOOST_TEST((b.state() == tenure::session_state::lost));
+        BOOST_TEST((*b_result == tenure::error::session_invalidated));
+
+        BOOST_TEST(sa.held());  // the holder saw none of it
+        auto leader = co_await ea.leader();
+        BOOST_REQUIRE(leader.has_value());
+        BOOST_TEST(leader->session == a.id());
+        co_await sa.release();
+        co_await a.close();
+        co_await c.close();
+    });
+}
+
 BOOST_AUTO_TEST_CASE(force_release_by_someone_else_cancels_the_work) {
     auto client = make_client();
     run([&]() -> asio::awaitable<void> {
