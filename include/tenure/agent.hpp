@@ -38,7 +38,13 @@ struct agent_options {
     /// host:port to listen on; port 0 picks an ephemeral port (see local_endpoint()).
     /// The host is an IPv4 or IPv6 literal ("[::1]:8500"), "localhost", or empty
     /// (":8500", every IPv4 interface). A leading "http://" is ignored.
+    /// "unix:///run/tenure.sock" listens on a Unix domain socket instead, as
+    /// Consul's addresses.http does: a socket file left there by an earlier
+    /// run is replaced (any other file is an error), and stop() removes it.
     std::string http_addr = "127.0.0.1:0";
+    /// The Unix socket file's permission bits (e.g. 0660; Consul's
+    /// unix_sockets.mode); 0 leaves them to the umask. Only with a unix:// http_addr.
+    unsigned unix_socket_mode = 0;
     std::string node_name = "tenure";
     std::string datacenter = "dc1";
     /// Shortest session TTL accepted by /v1/session/create (Consul: 10s). Tests lower it.
@@ -106,8 +112,10 @@ public:
     agent& operator=(agent&&) noexcept;
     ~agent();  // calls stop()
 
+    /// The TCP listener (default-constructed when listening on a Unix socket).
     boost::asio::ip::tcp::endpoint local_endpoint() const;
-    /// "http://127.0.0.1:PORT" ("http://[::1]:PORT" for IPv6).
+    /// "http://127.0.0.1:PORT" ("http://[::1]:PORT" for IPv6), or
+    /// "unix:///path" - either one a client_config::address.
     std::string http_address() const;
     /// The HTTPS listener (port 0 and "" when there is none), "https://127.0.0.1:PORT".
     boost::asio::ip::tcp::endpoint https_endpoint() const;

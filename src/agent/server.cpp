@@ -22,13 +22,14 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -39,6 +40,9 @@
 #include <boost/system/system_error.hpp>
 
 #include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -51,6 +55,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <utility>
 
 namespace tenure {
@@ -78,12 +87,42 @@ constexpr auto warn_interval = 1s;
 
 constexpr auto awaitable_tuple = asio::as_tuple(asio::use_awaitable);
 
+// A listener's or a peer's address: TCP or a Unix domain socket.
+using endpoint = ag::agent_stream::protocol::endpoint;
+using acceptor_type = asio::basic_socket_acceptor<ag::agent_stream::protocol>;
+
 std::string endpoint_string(tcp::endpoint const& ep) {
     auto const a = ep.address();
     std::string s = a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
     s += ':';
     s += std::to_string(ep.port());
     return s;
+}
+
+bool is_unix(endpoint const& ep) { return ep.protocol().family() == AF_UNIX; }
+
+// The TCP endpoint inside a generic one (default-constructed for a Unix socket).
+tcp::endpoint tcp_of(endpoint const& ep) {
+    tcp::endpoint t;
+    if (is_unix(ep) || ep.size() > t.capacity()) return {};
+    std::memcpy(t.data(), ep.data(), ep.size());
+    t.resize(ep.size());
+    return t;
+}
+
+// The path of a Unix socket endpoint ("" for an unnamed one, as a peer is).
+std::string unix_path_of(endpoint const& ep) {
+    if (!is_unix(ep) || ep.size() <= offsetof(sockaddr_un, sun_path)) return {};
+    auto const* un = reinterpret_cast<sockaddr_un const*>(ep.data());
+    std::size_t const n = ep.size() - offsetof(sockaddr_un, sun_path);
+    return std::string(un->sun_path, ::strnlen(un->sun_path, n));
+}
+
+// "127.0.0.1:8500", "[::1]:8500", "unix:///run/tenure.sock"; a peer on a Unix socket is "unix".
+std::string endpoint_string(endpoint const& ep) {
+    if (!is_unix(ep)) return endpoint_string(tcp_of(ep));
+    auto const path = unix_path_of(ep);
+    return path.empty() ? std::string("unix") : "unix://" + path;
 }
 
 // boost::system::system_error whose what() is just the message ("cannot
@@ -107,9 +146,21 @@ private:
     throw agent_error(asio::error::invalid_argument, "invalid HTTP address \"" + text + "\"", why);
 }
 
-// "host:port", "[v6]:port", ":port"; an optional http:// prefix and trailing '/' are ignored.
-tcp::endpoint parse_http_addr(std::string const& text) {
+// "host:port", "[v6]:port", ":port"; an optional http:// prefix and trailing
+// '/' are ignored. "unix:///path" is a Unix domain socket, as in Consul's
+// addresses.http.
+endpoint parse_http_addr(std::string const& text) {
     std::string_view s = text;
+    if (s.starts_with("unix://")) {
+        std::string const path(s.substr(7));
+        if (path.empty() || path.front() != '/')
+            throw_bad_address(text, "a unix:// address needs an absolute socket path (unix:///path/to/socket)");
+        if (path.size() >= sizeof(sockaddr_un::sun_path))
+            throw_bad_address(text, "the socket path is longer than " +
+                                        std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+        if (path.find('\0') != std::string::npos) throw_bad_address(text, "the socket path contains a NUL byte");
+        return asio::local::stream_protocol::endpoint(path);
+    }
     if (s.substr(0, 7) == "http://") s.remove_prefix(7);
     while (!s.empty() && s.back() == '/') s.remove_suffix(1);
 
@@ -144,7 +195,19 @@ tcp::endpoint parse_http_addr(std::string const& text) {
         addr = asio::ip::make_address(std::string(host), ec);
         if (ec) throw_bad_address(text, "host must be an IP address or localhost");
     }
-    return {addr, static_cast<unsigned short>(p)};
+    return tcp::endpoint(addr, static_cast<unsigned short>(p));
+}
+
+// A Unix socket's path must be free to bind. Like Consul, a socket left there
+// by an earlier run is cleared; anything else (a file, a directory) is not
+// ours to delete.
+void clear_stale_socket(std::string const& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return;  // nothing there (or unreadable: bind will say)
+    if (!S_ISSOCK(st.st_mode))
+        throw agent_error(make_error_code(boost::system::errc::file_exists), "cannot listen on unix://" + path,
+                          "the path exists and is not a socket");
+    ::unlink(path.c_str());
 }
 
 ag::agent_config make_config(agent_options const& o) {
@@ -232,10 +295,10 @@ enum class peer_state { quiet, data, gone };
 // After the socket reported readable while a request is parked: did the peer
 // close (EOF, reset) or send the next request early? The socket is in
 // non-blocking mode, so this never blocks.
-peer_state peek_peer(tcp::socket& s) {
+peer_state peek_peer(ag::agent_stream::socket_type& s) {
     char byte = 0;
     boost::system::error_code ec;
-    std::size_t const n = s.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    std::size_t const n = s.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted)
         return peer_state::quiet;
     if (ec || n == 0) return peer_state::gone;
@@ -261,7 +324,7 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     void stop();
     void timers_changed();
 
-    static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self, tcp::acceptor& listener,
+    static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self, acceptor_type& listener,
                                              asio::ssl::context* tls);
     static asio::awaitable<void> tick_loop(std::shared_ptr<impl> self);
     static asio::awaitable<void> serve(std::unique_ptr<connection> cp);
@@ -276,7 +339,7 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     ag::api_outcome handle(ag::request const& req, ag::blocking_state& bs);
     void log_request(connection const& c, std::string_view method, std::string_view target, unsigned status,
                      ag::time_point start);
-    void warn_rejected(tcp::endpoint const& peer);
+    void warn_rejected(endpoint const& peer);
     // The Date header value, formatted at most once a second.
     std::string const& date();
 
@@ -301,8 +364,9 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     std::unique_ptr<ag::durable_store> store;     // with data_dir
     std::shared_ptr<ag::group_commit> commits;  // with data_dir
     ag::http_api api;
-    tcp::acceptor acceptor;
-    tcp::endpoint local;
+    acceptor_type acceptor;
+    endpoint local;
+    std::string unix_socket;  // the socket file this agent created (removed by stop())
     asio::steady_timer tick;          // the state machine's next deadline
     asio::steady_timer accept_retry;  // back-off after accept failures
     std::list<connection*> conns;
@@ -315,12 +379,12 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     std::string date_text;
     std::unique_ptr<ag::acl_store> acl;
     std::unique_ptr<asio::ssl::context> tls;  // with https_addr
-    tcp::acceptor tls_acceptor;
-    tcp::endpoint tls_local;
+    acceptor_type tls_acceptor;
+    endpoint tls_local;
 };
 
 struct agent::impl::connection {
-    connection(std::shared_ptr<impl> o, tcp::socket s, asio::ssl::context* tls)
+    connection(std::shared_ptr<impl> o, ag::agent_stream::socket_type s, asio::ssl::context* tls)
         : owner(std::move(o)), stream(std::move(s), tls), park(stream.get_executor()) {
         pos = owner->conns.insert(owner->conns.end(), this);
     }
@@ -335,9 +399,9 @@ struct agent::impl::connection {
     }
 
     std::shared_ptr<impl> owner;  // declared first: destroyed last
-    ag::agent_stream stream;  // TCP, or TLS on the HTTPS listener
+    ag::agent_stream stream;  // TCP or a Unix socket; TLS on the HTTPS listener
     asio::steady_timer park;  // deadline of a parked blocking query
-    tcp::endpoint peer;
+    endpoint peer;
     bool can_peek = false;  // socket is non-blocking: peek_peer() is safe
     ag::token_bucket bucket;  // -http-rate-per-conn
     std::list<connection*>::iterator pos;
@@ -372,16 +436,25 @@ agent::impl::impl(asio::any_io_executor e, agent_options o)
             throw agent_error(asio::error::invalid_argument, "invalid TLS configuration", e.what());
         }
     }
-    auto listen = [](tcp::acceptor& acc, tcp::endpoint const& ep) {
+    auto listen = [this](acceptor_type& acc, endpoint const& ep) {
         auto fail = [&](boost::system::error_code const& ec) {
             throw agent_error(ec, "cannot listen on " + endpoint_string(ep));
         };
         boost::system::error_code ec;
+        std::string const path = unix_path_of(ep);
+        if (!path.empty()) clear_stale_socket(path);
         acc.open(ep.protocol(), ec);
         if (ec) fail(ec);
-        acc.set_option(tcp::acceptor::reuse_address(true), ec);  // TIME_WAIT only; never shares a live port
+        if (path.empty())
+            acc.set_option(tcp::acceptor::reuse_address(true), ec);  // TIME_WAIT only; never shares a live port
         acc.bind(ep, ec);
         if (ec) fail(ec);
+        if (!path.empty()) {
+            unix_socket = path;
+            // The file's mode is the socket's access control: who may connect.
+            if (opts.unix_socket_mode && ::chmod(path.c_str(), static_cast<mode_t>(opts.unix_socket_mode)) != 0)
+                fail(boost::system::error_code(errno, boost::system::system_category()));
+        }
         acc.listen(asio::socket_base::max_listen_connections, ec);
         if (ec) fail(ec);
         auto const bound = acc.local_endpoint(ec);
@@ -392,6 +465,8 @@ agent::impl::impl(asio::any_io_executor e, agent_options o)
     if (tls) {
         std::string_view https = opts.https_addr;
         if (https.starts_with("https://")) https.remove_prefix(8);
+        if (https.starts_with("unix://"))
+            throw_bad_address(opts.https_addr, "HTTPS is served on TCP only; use http_addr for a Unix socket");
         tls_local = listen(tls_acceptor, parse_http_addr(std::string(https)));
     }
 
@@ -424,8 +499,9 @@ void agent::impl::start() {
         log.info("agent", std::string("ACLs enabled: default_policy=") + (opts.acl_default_allow ? "allow" : "deny") +
                               " tokens=" + std::to_string(acl->token_count()));
     if (log.enabled(log_level::info)) {
-        log.info("agent", "started HTTP server: address=" + endpoint_string(local) + " network=tcp node=" +
-                              opts.node_name + " datacenter=" + opts.datacenter);
+        log.info("agent", "started HTTP server: address=" + endpoint_string(local) +
+                              (is_unix(local) ? " network=unix node=" : " network=tcp node=") + opts.node_name +
+                              " datacenter=" + opts.datacenter);
     }
 }
 
@@ -436,6 +512,7 @@ void agent::impl::stop() {
     boost::system::error_code ec;
     acceptor.close(ec);
     tls_acceptor.close(ec);
+    if (!unix_socket.empty()) ::unlink(unix_socket.c_str());  // as Go's listener does on Close
     tick.cancel();
     accept_retry.cancel();
     std::size_t const n = conns.size();
@@ -481,7 +558,7 @@ asio::awaitable<void> agent::impl::tick_loop(std::shared_ptr<impl> self) {
     }
 }
 
-asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self, tcp::acceptor& listener,
+asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self, acceptor_type& listener,
                                               asio::ssl::context* tls) {
     impl& a = *self;
     while (!a.stopping) {
@@ -516,7 +593,7 @@ asio::awaitable<void> agent::impl::accept_loop(std::shared_ptr<impl> self, tcp::
     }
 }
 
-void agent::impl::warn_rejected(tcp::endpoint const& peer) {
+void agent::impl::warn_rejected(endpoint const& peer) {
     auto const now = ag::clock::now();
     if (now - last_reject_warn < warn_interval) {
         ++rejects_suppressed;
@@ -587,7 +664,7 @@ asio::awaitable<beast::error_code> agent::impl::write(connection& c, ag::respons
 
 asio::awaitable<void> agent::impl::linger_close(connection& c) {
     boost::system::error_code ec;
-    c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    c.stream.socket().shutdown(asio::socket_base::shutdown_send, ec);
     if (ec) co_return;
     std::array<char, 4096> scratch;
     std::size_t drained = 0;
@@ -635,7 +712,7 @@ asio::awaitable<bool> agent::impl::park(connection& c, beast::flat_buffer const&
         }
         auto [order, tec, sec] = co_await asio::experimental::make_parallel_group(
                                      c.park.async_wait(asio::deferred),
-                                     c.stream.socket().async_wait(tcp::socket::wait_read, asio::deferred))
+                                     c.stream.socket().async_wait(asio::socket_base::wait_read, asio::deferred))
                                      .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
         if (stopping) co_return false;
         if (order[0] == 0) co_return true;  // woken, deadline reached
@@ -661,7 +738,7 @@ asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
         boost::system::error_code ec;
         auto& s = c.stream.socket();
         c.peer = s.remote_endpoint(ec);
-        s.set_option(tcp::no_delay(true), ec);
+        if (!is_unix(c.peer)) s.set_option(tcp::no_delay(true), ec);
         s.non_blocking(true, ec);
         c.can_peek = !ec;
         c.bucket = ag::token_bucket(a.opts.http_rate_per_conn, a.opts.http_burst_per_conn, ag::clock::now());
@@ -713,7 +790,7 @@ asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
             if (ec || a.stopping) co_return;
             if (hp.is_done()) {  // nothing unread: a plain close
                 boost::system::error_code ig;
-                c.stream.socket().shutdown(tcp::socket::shutdown_send, ig);
+                c.stream.socket().shutdown(asio::socket_base::shutdown_send, ig);
             } else {
                 co_await a.linger_close(c);
             }
@@ -774,7 +851,7 @@ asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
         if (wec || a.stopping) co_return;
         if (!keep) {
             boost::system::error_code ig;
-            c.stream.socket().shutdown(tcp::socket::shutdown_send, ig);
+            c.stream.socket().shutdown(asio::socket_base::shutdown_send, ig);
             co_return;
         }
     }
@@ -799,11 +876,13 @@ agent::~agent() {
     if (impl_) impl_->stop();
 }
 
-tcp::endpoint agent::local_endpoint() const { return impl_->local; }
+tcp::endpoint agent::local_endpoint() const { return tcp_of(impl_->local); }
 
-std::string agent::http_address() const { return "http://" + endpoint_string(impl_->local); }
+std::string agent::http_address() const {
+    return is_unix(impl_->local) ? endpoint_string(impl_->local) : "http://" + endpoint_string(impl_->local);
+}
 
-tcp::endpoint agent::https_endpoint() const { return impl_->tls_local; }
+tcp::endpoint agent::https_endpoint() const { return impl_->tls ? tcp_of(impl_->tls_local) : tcp::endpoint{}; }
 
 std::string agent::https_address() const {
     return impl_->tls ? "https://" + endpoint_string(impl_->tls_local) : std::string{};

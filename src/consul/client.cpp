@@ -14,6 +14,8 @@
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/parse.hpp>
+
+#include <sys/un.h>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
 #include <algorithm>
@@ -326,8 +328,9 @@ struct parsed_address {
     std::string host;
     std::uint16_t port = 80;
     std::string host_header;
-    std::string normalized;  // http://host:port
+    std::string normalized;  // http://host:port, or unix:///path
     bool tls = false;        // https://
+    std::string unix_path;   // unix:///path
 };
 
 [[noreturn]] void bad_address(std::string const& text, std::string_view why) {
@@ -336,13 +339,32 @@ struct parsed_address {
 }
 
 parsed_address parse_address(std::string const& text) {
+    // unix:///path/to/socket, as Consul's agent and CLI spell a Unix domain
+    // socket (plain HTTP over it; the path must be absolute).
+    if (text.size() >= 7 && std::equal(text.begin(), text.begin() + 7, "unix://", [](char a, char b) {
+            return std::tolower(static_cast<unsigned char>(a)) == b;
+        })) {
+        parsed_address a;
+        a.unix_path = text.substr(7);
+        if (a.unix_path.empty() || a.unix_path.front() != '/')
+            bad_address(text, "a unix:// address needs an absolute socket path (unix:///path/to/socket)");
+        if (a.unix_path.size() >= sizeof(sockaddr_un::sun_path))
+            bad_address(text, "the socket path is longer than " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+                                  " bytes");
+        if (a.unix_path.find('\0') != std::string::npos) bad_address(text, "the socket path contains a NUL byte");
+        a.host = "localhost";
+        a.host_header = "localhost";
+        a.normalized = "unix://" + a.unix_path;
+        return a;
+    }
     std::string s = text;
     if (s.find("://") == std::string::npos) s = "http://" + s;
     auto u = urls::parse_uri(s);
     if (!u) bad_address(text, u.error().message());
     std::string scheme(u->scheme());
     std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (scheme != "http" && scheme != "https") bad_address(text, "only http:// and https:// addresses are supported");
+    if (scheme != "http" && scheme != "https")
+        bad_address(text, "only http://, https:// and unix:// addresses are supported");
     if (u->has_userinfo()) bad_address(text, "user information is not supported");
     if (!u->path().empty() && u->path() != "/") bad_address(text, "a path is not supported");
     if (u->has_query() || u->has_fragment()) bad_address(text, "a query or fragment is not supported");
@@ -475,6 +497,7 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
         ex, {.host = addr.host,
              .port = addr.port,
              .host_header = addr.host_header,
+             .unix_path = addr.unix_path,
              .token = config.token,
              .max_idle_connections = config.max_idle_connections,
              .max_connections = config.max_connections,

@@ -1,5 +1,6 @@
-// HTTP/1.1 transport of tenure::consul::client: Beast over tcp_stream with a
-// small pool of idle keep-alive connections.
+// HTTP/1.1 transport of tenure::consul::client: Beast over TCP (or a Unix
+// domain socket, for unix:// addresses) with a small pool of idle keep-alive
+// connections.
 //
 // A request takes the most recently used idle connection (after a
 // non-blocking check that the server has not closed it) or connects a new
@@ -8,7 +9,7 @@
 // the connection. With max_connections set, a request that finds every
 // connection busy waits for one to be given back or closed (first come, first
 // served) within its deadline. The whole exchange (resolve, connect, write, read) shares
-// one deadline, enforced by tcp_stream::expires_at.
+// one deadline, enforced by basic_stream::expires_at.
 #include "transport.hpp"
 
 #include <tenure/detail/tls_stream.hpp>
@@ -20,6 +21,7 @@
 #include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -27,7 +29,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
@@ -52,6 +53,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
+using endpoint = tenure::detail::tls_stream::protocol::endpoint;  // TCP or Unix
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::string_view user_agent = "tenure/0.1";
@@ -106,9 +108,13 @@ public:
     http_transport(asio::any_io_executor ex, http_transport_options opts)
         : ex_(std::move(ex)), opts_(std::move(opts)), count_(std::make_shared<connection_count>()) {
         count_->on_close = [this] { wake_one(); };
+        if (!opts_.unix_path.empty()) {
+            endpoints_.emplace_back(asio::local::stream_protocol::endpoint(opts_.unix_path));
+            return;
+        }
         beast::error_code ec;
         auto const addr = asio::ip::make_address(opts_.host, ec);
-        if (!ec) endpoints_.emplace_back(addr, opts_.port);
+        if (!ec) endpoints_.emplace_back(tcp::endpoint(addr, opts_.port));
     }
 
     ~http_transport() override {
@@ -208,11 +214,11 @@ private:
         throw api_error(ec, 0, what);
     }
 
-    asio::awaitable<std::vector<tcp::endpoint>> resolve(steady_clock::time_point deadline, std::string const& what);
+    asio::awaitable<std::vector<endpoint>> resolve(steady_clock::time_point deadline, std::string const& what);
 
     asio::any_io_executor ex_;
     http_transport_options opts_;
-    std::vector<tcp::endpoint> endpoints_;  // resolved once, then cached
+    std::vector<endpoint> endpoints_;  // resolved once, then cached
     std::vector<std::unique_ptr<connection>> idle_;  // most recently used last
     std::unordered_set<connection*> active_;
     std::shared_ptr<connection_count> count_;
@@ -220,8 +226,8 @@ private:
     std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
 };
 
-asio::awaitable<std::vector<tcp::endpoint>> http_transport::resolve(steady_clock::time_point deadline,
-                                                                    std::string const& what) {
+asio::awaitable<std::vector<endpoint>> http_transport::resolve(steady_clock::time_point deadline,
+                                                               std::string const& what) {
     if (!endpoints_.empty()) co_return endpoints_;
     // getaddrinfo has no deadline of its own: a timer cancels the resolver.
     auto resolver = std::make_shared<tcp::resolver>(ex_);
@@ -240,8 +246,8 @@ asio::awaitable<std::vector<tcp::endpoint>> http_transport::resolve(steady_clock
             throw_aborted(what);
         throw api_error(ec, 0, what + ": resolving " + opts_.host);
     }
-    std::vector<tcp::endpoint> eps;
-    for (auto const& r : results) eps.push_back(r.endpoint());
+    std::vector<endpoint> eps;
+    for (auto const& r : results) eps.emplace_back(r.endpoint());
     if (eps.empty()) throw api_error(asio::error::host_not_found, 0, what + ": resolving " + opts_.host);
     if (endpoints_.empty()) endpoints_ = eps;
     co_return eps;
@@ -278,10 +284,10 @@ asio::awaitable<http_response> http_transport::send(http::verb method, std::stri
             c = std::make_unique<connection>(ex_, count_, opts_.tls.get());
             active_guard guard{*this, *c};
             c->stream.expires_at(deadline);
-            auto [ec, ep] = co_await c->stream.tcp().async_connect(eps, tuple_awaitable);
+            auto [ec, ep] = co_await c->stream.lowest().async_connect(eps, tuple_awaitable);
             if (ec) fail(ec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state), what);
             beast::error_code ig;
-            c->stream.socket().set_option(tcp::no_delay(true), ig);
+            if (opts_.unix_path.empty()) c->stream.socket().set_option(tcp::no_delay(true), ig);
             if (c->stream.is_tls()) {
                 // The server's certificate must name the host (or tls_server_name).
                 std::string const& name = opts_.tls_server_name.empty() ? opts_.host : opts_.tls_server_name;

@@ -58,6 +58,8 @@ struct http_transport_options {
     std::string host;  // name or address literal (IPv6 without brackets)
     std::uint16_t port = 8500;
     std::string host_header;  // "host:port" as sent in Host
+    // unix:// addresses: the socket's path (host and port unused).
+    std::string unix_path;
     std::string token;
     std::size_t max_idle_connections = 16;
     // Connections open at once (idle + in flight); 0: no limit. At the limit a

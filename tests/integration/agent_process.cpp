@@ -61,7 +61,7 @@ std::runtime_error failure(std::string what, int log_fd) {
 
 agent_process::agent_process(agent_options opts) {
     std::string const binary = opts.binary.empty() ? std::string(TENURE_BINARY) : opts.binary;
-    std::vector<std::string> args = {binary, "agent", "-http-addr", "127.0.0.1:0", "-session-ttl-min",
+    std::vector<std::string> args = {binary, "agent", "-http-addr", opts.http_addr, "-session-ttl-min",
                                      opts.session_ttl_min};
     if (!opts.node.empty()) args.insert(args.end(), {"-node", opts.node});
     if (!opts.datacenter.empty()) args.insert(args.end(), {"-datacenter", opts.datacenter});
@@ -146,6 +146,11 @@ void agent_process::await_banner(std::chrono::milliseconds startup_timeout) {
     banner_ = buf.substr(0, nl);
     pending_stdout_ = buf.substr(nl + 1);
 
+    constexpr std::string_view unix_prefix = "tenure agent listening on unix://";
+    if (banner_.compare(0, unix_prefix.size(), unix_prefix) == 0) {
+        address_ = banner_.substr(unix_prefix.size() - 7);
+        return;
+    }
     constexpr std::string_view prefix = "tenure agent listening on http://127.0.0.1:";
     if (banner_.compare(0, prefix.size(), prefix) != 0)
         throw failure("unexpected first stdout line: '" + banner_ + "'", log_fd_);
@@ -155,6 +160,7 @@ void agent_process::await_banner(std::chrono::milliseconds startup_timeout) {
         (port = std::stoul(std::string(digits))) == 0 || port > 65535)
         throw failure("no port in the first stdout line: '" + banner_ + "'", log_fd_);
     port_ = static_cast<std::uint16_t>(port);
+    address_ = "http://127.0.0.1:" + std::to_string(port_);
 }
 
 agent_process::~agent_process() {

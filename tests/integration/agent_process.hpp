@@ -23,6 +23,7 @@ struct agent_options {
     std::string node = "itest-node";
     std::string datacenter = "itest-dc";
     std::string session_ttl_min = "100ms";
+    std::string http_addr = "127.0.0.1:0";  // or unix:///path
     std::vector<std::string> extra_args;
     std::chrono::milliseconds startup_timeout{15000};
 };
@@ -35,7 +36,9 @@ public:
     agent_process& operator=(agent_process const&) = delete;
 
     pid_t pid() const noexcept { return pid_; }
-    std::uint16_t port() const noexcept { return port_; }
+    std::uint16_t port() const noexcept { return port_; }  // 0 on a Unix socket
+    // The address from the banner: http://127.0.0.1:PORT or unix:///path.
+    std::string const& address() const noexcept { return address_; }
     std::string const& banner() const noexcept { return banner_; }
 
     // Sends `sig` and waits for the process to exit. Returns the raw wait
@@ -60,6 +63,7 @@ private:
     int stdout_fd_ = -1;
     int pidfd_ = -1;
     std::uint16_t port_ = 0;
+    std::string address_;
     std::string banner_;
     std::string pending_stdout_;  // bytes read past the first line
     int log_fd_ = -1;  // the agent's stderr (an unlinked temporary file)

@@ -19,6 +19,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <csignal>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
 #include <dirent.h>
 #include <functional>
 #include <iostream>
@@ -740,6 +744,118 @@ BOOST_AUTO_TEST_CASE(client_operations_take_completion_tokens_through_launch) {
     io.restart();
     io.run_for(2s);
     BOOST_TEST((acquire_ec == tenure::error::http_status));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the agent and the client over a Unix domain socket (unix:///path) ----------
+
+BOOST_AUTO_TEST_SUITE(unix_socket)
+
+namespace {
+
+std::string socket_path(std::string const& name) {
+    return "/tmp/tenure-itest-" + std::to_string(::getpid()) + "-" + name + ".sock";
+}
+
+// Leaves a socket file behind, as an agent killed with SIGKILL would.
+void leave_stale_socket(std::string const& path) {
+    asio::io_context io;
+    asio::local::stream_protocol::acceptor a(io, asio::local::stream_protocol::endpoint(path));
+    a.close();  // closes without unlinking the file
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(elections_run_over_a_unix_socket_with_its_mode_and_the_file_goes_with_the_agent) {
+    auto const path = socket_path("election");
+    leave_stale_socket(path);  // an earlier run's socket is replaced, not an error
+    tenure::itest::agent_options ao;
+    ao.http_addr = "unix://" + path;
+    ao.extra_args = {"-unix-socket-mode", "0600"};
+    tenure::itest::agent_process agent(ao);
+    BOOST_TEST(agent.banner() == "tenure agent listening on unix://" + path);
+    BOOST_TEST(agent.address() == "unix://" + path);
+    struct stat st {};
+    BOOST_REQUIRE(::stat(path.c_str(), &st) == 0);
+    BOOST_TEST(S_ISSOCK(st.st_mode));
+    BOOST_TEST((st.st_mode & 07777) == 0600u);
+
+    asio::io_context io;
+    consul::client_config cc;
+    cc.address = agent.address();
+    cc.request_timeout = 2000ms;
+    consul::client ca(io.get_executor(), cc), cb(io.get_executor(), cc);
+    BOOST_TEST(ca.config().address == "unix://" + path);
+    bool done = false;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            auto a = co_await tenure::session::create(ca, opts("a", 2s, 0s));
+            auto b = co_await tenure::session::create(cb, opts("b", 2s, 0s));
+            tenure::election ea(a, "itest/unix", "a"), eb(b, "itest/unix", "b");
+            auto sa = co_await ea.acquire();
+            BOOST_REQUIRE(sa.held());
+            // b blocks on the key (a blocking query over the socket) until a releases.
+            std::optional<tenure::leadership_scope> sb;
+            asio::co_spawn(io, eb.acquire(asio::use_awaitable),
+                           [&](std::exception_ptr e, tenure::leadership_scope s) {
+                               if (!e) sb = std::move(s);
+                           });
+            co_await sleep_for(50ms);
+            BOOST_TEST(!sb.has_value());
+            co_await sa.release();
+            for (int i = 0; i < 400 && !sb; ++i) co_await sleep_for(5ms);
+            BOOST_REQUIRE(sb.has_value());
+            BOOST_TEST(sb->held());
+            BOOST_TEST(sb->token() > sa.token());
+            co_await sb->release();
+            co_await a.close();
+            co_await b.close();
+            done = true;
+        },
+        [&](std::exception_ptr e) {
+            io.stop();
+            if (e) std::rethrow_exception(e);
+        });
+    io.run_for(30s);
+    BOOST_REQUIRE(done);
+    ca.close();
+    cb.close();
+
+    auto status = agent.stop(SIGTERM, 5000ms);
+    BOOST_REQUIRE(status.has_value());
+    BOOST_TEST((WIFEXITED(*status) && WEXITSTATUS(*status) == 0));
+    BOOST_TEST(::access(path.c_str(), F_OK) != 0, "the agent left its socket file behind");
+}
+
+BOOST_AUTO_TEST_CASE(a_unix_address_on_a_file_that_is_not_a_socket_is_refused_and_the_file_kept) {
+    auto const path = socket_path("not-a-socket");
+    {
+        std::ofstream f(path);
+        f << "precious";
+    }
+    tenure::itest::agent_options ao;
+    ao.http_addr = "unix://" + path;
+    BOOST_CHECK_EXCEPTION(tenure::itest::agent_process{ao}, std::runtime_error, [](std::runtime_error const& e) {
+        return std::string_view(e.what()).find("the path exists and is not a socket") != std::string_view::npos;
+    });
+    std::ifstream f(path);
+    std::string content;
+    f >> content;
+    BOOST_TEST(content == "precious");
+    ::unlink(path.c_str());
+
+    // Neither the agent nor the client takes a relative path.
+    asio::io_context io;
+    auto client_for = [&](std::string address) {
+        consul::client_config c;
+        c.address = std::move(address);
+        return consul::client(io.get_executor(), c);
+    };
+    BOOST_CHECK_THROW(client_for("unix://relative.sock"), boost::system::system_error);
+    BOOST_CHECK_THROW(client_for("unix://"), boost::system::system_error);
+    BOOST_TEST(client_for("UNIX:///run/x.sock").config().address == "unix:///run/x.sock");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

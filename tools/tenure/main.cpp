@@ -175,12 +175,17 @@ void agent_help(std::ostream& os) {
           "  Runs an in-process coordination service that speaks Consul's HTTP API\n"
           "  (sessions, KV with locks and lock-delay, blocking queries, checks).\n"
           "  Once listening it prints one line to stdout:\n"
-          "    tenure agent listening on http://ADDRESS:PORT\n"
+          "    tenure agent listening on http://ADDRESS:PORT (or unix:///PATH)\n"
           "  SIGINT or SIGTERM stops it (exit 0).\n\n"
           "Options:\n\n"
-          "  -http-addr=<host:port>\n"
+          "  -http-addr=<host:port | unix:///path>\n"
           "     Address the HTTP API listens on; port 0 picks a free port.\n"
+          "     unix:///path listens on a Unix domain socket instead (a socket\n"
+          "     file left there is replaced; the agent removes it when it stops).\n"
           "     Default: 127.0.0.1:8500\n\n"
+          "  -unix-socket-mode=<octal>\n"
+          "     Permission bits of the unix:// socket file, e.g. 0660 (Consul's\n"
+          "     unix_sockets.mode): who may connect. Default: from the umask\n\n"
           "  -node=<name>\n"
           "     Name of this node. Default: the machine's hostname.\n\n"
           "  -datacenter=<name>\n"
@@ -209,6 +214,7 @@ int run_agent(std::vector<std::string> args) {
     desc.add_options()                                                        //
         ("help,h", "")                                                        //
         ("http-addr", po::value<std::string>()->default_value("127.0.0.1:8500"), "")  //
+        ("unix-socket-mode", po::value<std::string>(), "")                    //
         ("node", po::value<std::string>(), "")                                //
         ("datacenter", po::value<std::string>()->default_value("dc1"), "")   //
         ("session-ttl-min", po::value<std::string>()->default_value("10s"), "")  //
@@ -225,6 +231,15 @@ int run_agent(std::vector<std::string> args) {
 
     tenure::agent_options opts;
     opts.http_addr = vm["http-addr"].as<std::string>();
+    if (vm.count("unix-socket-mode")) {
+        auto const& text = vm["unix-socket-mode"].as<std::string>();
+        unsigned mode = 0;
+        auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mode, 8);
+        if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || mode > 07777)
+            throw usage_error("invalid value for -unix-socket-mode: \"" + text + "\" (octal permission bits, e.g. 0660)");
+        if (!opts.http_addr.starts_with("unix://")) throw usage_error("-unix-socket-mode needs a unix:// -http-addr");
+        opts.unix_socket_mode = mode;
+    }
     opts.node_name = vm.count("node") ? vm["node"].as<std::string>() : default_node_name();
     if (opts.node_name.empty()) throw usage_error("-node must not be empty");
     opts.datacenter = vm["datacenter"].as<std::string>();

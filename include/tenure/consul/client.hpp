@@ -44,8 +44,10 @@ inline constexpr std::uint64_t semaphore_flag_value = 0xe0f69a2baa414de0ull;  //
 enum class consistency { default_mode, consistent, stale };
 
 struct client_config {
-    /// "http://127.0.0.1:8500", "127.0.0.1:8500", "localhost:8500" or
-    /// "https://localhost:8501" (TLS, see below). Empty:
+    /// "http://127.0.0.1:8500", "127.0.0.1:8500", "localhost:8500",
+    /// "https://localhost:8501" (TLS, see below) or "unix:///run/consul.sock"
+    /// (plain HTTP over a Unix domain socket, as Consul's `addresses.http`
+    /// spells it; the file's permissions decide who may connect). Empty:
     /// CONSUL_HTTP_ADDR, else http://127.0.0.1:8500.
     std::string address;
     /// ACL token sent as X-Consul-Token. Empty: CONSUL_HTTP_TOKEN.

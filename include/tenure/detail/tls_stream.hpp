@@ -1,14 +1,17 @@
-// Internal: a beast::tcp_stream, or TLS over one, behind one type, so that the
-// agent's connections and the client's pool read and write either with the
-// same code. Beast's HTTP algorithms take it as any stream; timeouts
-// (expires_after / expires_at) apply to the TCP layer in both cases.
+// Internal: a byte stream - TCP or a Unix domain socket, plain or under TLS -
+// behind one type, so that the agent's connections and the client's pools
+// read and write any of them with the same code. The socket is Asio's
+// generic stream socket (a TCP or a local socket converts to it), wrapped in
+// Beast's basic_stream for its timeouts; Beast's HTTP algorithms take the
+// whole as any stream, and expires_after / expires_at apply in every case.
 #pragma once
 
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/error.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <optional>
@@ -18,10 +21,13 @@ namespace tenure::detail {
 
 class tls_stream {
 public:
-    using executor_type = boost::beast::tcp_stream::executor_type;
+    using protocol = boost::asio::generic::stream_protocol;
+    using socket_type = protocol::socket;
+    using byte_stream = boost::beast::basic_stream<protocol>;
+    using executor_type = byte_stream::executor_type;
 
-    // `tls`: the context, or nullptr for plain TCP. The context must outlive the stream.
-    tls_stream(boost::asio::ip::tcp::socket s, boost::asio::ssl::context* tls) {
+    // `tls`: the context, or nullptr for plain bytes. The context must outlive the stream.
+    tls_stream(socket_type s, boost::asio::ssl::context* tls) {
         if (tls) tls_.emplace(std::move(s), *tls);
         else plain_.emplace(std::move(s));
     }
@@ -31,21 +37,21 @@ public:
     }
 
     bool is_tls() const noexcept { return tls_.has_value(); }
-    boost::beast::tcp_stream& tcp() noexcept { return tls_ ? tls_->next_layer() : *plain_; }
-    boost::asio::ip::tcp::socket& socket() noexcept { return tcp().socket(); }
+    byte_stream& lowest() noexcept { return tls_ ? tls_->next_layer() : *plain_; }
+    socket_type& socket() noexcept { return lowest().socket(); }
     // The OpenSSL handle (only when is_tls()).
     SSL* native_handle() noexcept { return tls_->native_handle(); }
-    executor_type get_executor() noexcept { return tcp().get_executor(); }
+    executor_type get_executor() noexcept { return lowest().get_executor(); }
     template <class Duration>
     void expires_after(Duration d) {
-        tcp().expires_after(d);
+        lowest().expires_after(d);
     }
     template <class TimePoint>
     void expires_at(TimePoint t) {
-        tcp().expires_at(t);
+        lowest().expires_at(t);
     }
-    void expires_never() { tcp().expires_never(); }
-    void close() { tcp().close(); }
+    void expires_never() { lowest().expires_never(); }
+    void close() { lowest().close(); }
 
     // The TLS handshake; only when is_tls().
     template <class Token>
@@ -78,8 +84,8 @@ public:
     }
 
 private:
-    std::optional<boost::beast::tcp_stream> plain_;
-    std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls_;
+    std::optional<byte_stream> plain_;
+    std::optional<boost::beast::ssl_stream<byte_stream>> tls_;
 };
 
 }  // namespace tenure::detail
