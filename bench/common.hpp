@@ -99,11 +99,14 @@ public:
     // moment it arrives (the io_context may be busy with the responses the same
     // event woke), then hands it to on_log on the io_context. warn: the agent's
     // stderr is inherited.
+    // `http_addr`: where the agent child listens; "unix:///path" for a Unix
+    // domain socket (HTTP over it), else a loopback TCP port.
     static std::unique_ptr<backend> start_http(asio::io_context& io, std::string const& ttl_min,
-                                               std::string const& log_level = "warn") {
+                                               std::string const& log_level = "warn",
+                                               std::string const& http_addr = "127.0.0.1:0") {
         auto b = std::unique_ptr<backend>(new backend(io, "http"));
         b->out_.emplace(io);
-        std::vector<std::string> args{"agent", "-http-addr", "127.0.0.1:0", "-log-level", log_level,
+        std::vector<std::string> args{"agent", "-http-addr", http_addr, "-log-level", log_level,
                                       "-session-ttl-min", ttl_min};
         if (log_level == "warn") {
             b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, {}}, die_with_parent{});

@@ -2,11 +2,18 @@
 // and by K candidates contending, over loopback HTTP (the `tenure agent`
 // binary as a child) and in-process (tenure::agent on the bench's io_context).
 //
-//   throughput [--quick | --full] [--backend http,http-retake,inproc,inproc-retake]
-//              [--candidates 1,2,10,100] [--seconds S] [--csv FILE] [--plot DIR]
+//   throughput [--quick | --full] [--backend http,http-retake,unix,unix-retake,inproc,inproc-retake]
+//              [--candidates 1,2,10,100] [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR]
+//
+// --cpus 0 runs the bench and the agent child on one core (sched_setaffinity,
+// inherited by the child). On a VM that takes the cross-vCPU wake-up out of
+// every round trip, so the figures show what the code costs rather than what
+// the hypervisor charges to wake an idle vCPU.
 //
 // Each candidate has its own client and session (LockDelay 0, TTL 10 s) and
-// loops: election.acquire(), then scope.release(). The "-retake" backends set
+// loops: election.acquire(), then scope.release(). "unix" is the agent child
+// over HTTP on a Unix domain socket (unix:///tmp/...) instead of loopback
+// TCP. The "-retake" backends set
 // election_options::quick_retake (no read before retaking a key the
 // candidate itself released). A cycle is timed from the
 // acquire() call to the release's answer; with K > 1 it includes the wait for
@@ -17,6 +24,8 @@
 
 #include <tenure/election.hpp>
 
+#include <boost/asio/local/stream_protocol.hpp>
+
 #include <array>
 #include <cstdio>
 #include <ctime>
@@ -24,6 +33,9 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
+
+#include <sched.h>
 
 namespace {
 
@@ -36,6 +48,7 @@ struct config {
     std::vector<std::string> backends{"http", "inproc"};
     std::vector<int> candidates{1, 2, 10, 100};
     double seconds = 2;
+    std::string cpus;  // empty: as the kernel schedules
     std::string csv, plot_dir;
 };
 
@@ -156,12 +169,8 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
 // agent over a blocking socket (no tenure code on the client side), a GET of
 // a missing key. A cycle needs at least two round trips (the lock, the
 // release), so one candidate can do at most 1 / (2 x p50) cycles per second.
-void print_floor(std::string const& url) {
-    auto const port = static_cast<unsigned short>(std::stoi(url.substr(url.rfind(':') + 1)));
-    asio::io_context io;
-    asio::ip::tcp::socket sock(io);
-    sock.connect({asio::ip::make_address("127.0.0.1"), port});
-    sock.set_option(asio::ip::tcp::no_delay(true));
+template <class Socket>
+void print_floor(Socket& sock, char const* over) {
     std::string const req = "GET /v1/kv/bench/floor HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     std::vector<double> rtt;
     std::array<char, 4096> buf{};
@@ -172,9 +181,24 @@ void print_floor(std::string const& url) {
         if (i >= 1000) rtt.push_back(ms(steady::now() - t0) * 1000.0);
     }
     double const p50 = pct(rtt, 50);
-    std::printf("floor: one raw HTTP round trip to the agent (blocking socket, no tenure code): p50 %.1f us, "
+    std::printf("floor: one raw HTTP round trip to the agent over %s (blocking socket, no tenure code): p50 %.1f us, "
                 "p99 %.1f us\n       -> at most %.0f cycles/s for one candidate (2 round trips per cycle)\n",
-                p50, pct(rtt, 99), 1e6 / (2 * p50));
+                over, p50, pct(rtt, 99), 1e6 / (2 * p50));
+}
+
+void print_floor(std::string const& url) {
+    asio::io_context io;
+    if (url.starts_with("unix://")) {
+        asio::local::stream_protocol::socket sock(io);
+        sock.connect(asio::local::stream_protocol::endpoint(url.substr(7)));
+        print_floor(sock, "a Unix socket");
+        return;
+    }
+    auto const port = static_cast<unsigned short>(std::stoi(url.substr(url.rfind(':') + 1)));
+    asio::ip::tcp::socket sock(io);
+    sock.connect({asio::ip::make_address("127.0.0.1"), port});
+    sock.set_option(asio::ip::tcp::no_delay(true));
+    print_floor(sock, "loopback TCP");
 }
 
 void print_header() {
@@ -226,6 +250,8 @@ void plot(config const& cfg, std::vector<result> const& results) {
     auto color = [](std::string const& b) {
         if (b == "http") return std::string("#d95f02");
         if (b == "http-retake") return std::string("#7570b3");
+        if (b == "unix") return std::string("#e6ab02");
+        if (b == "unix-retake") return std::string("#a6761d");
         if (b == "inproc-retake") return std::string("#e7298a");
         return std::string("#1b9e77");
     };
@@ -253,9 +279,10 @@ void plot(config const& cfg, std::vector<result> const& results) {
 }
 
 int usage() {
-    std::cerr << "usage: throughput [--quick | --full] [--backend http,http-retake,inproc,inproc-retake]\n"
+    std::cerr << "usage: throughput [--quick | --full]\n"
+                 "                  [--backend http,http-retake,unix,unix-retake,inproc,inproc-retake]\n"
                  "                  [--candidates 1,2,10,100]\n"
-                 "                  [--seconds S] [--csv FILE] [--plot DIR]\n";
+                 "                  [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR]\n";
     return 2;
 }
 
@@ -281,23 +308,42 @@ int main(int argc, char** argv) {
                 cfg.candidates.clear();
                 for (auto const& k : split(value())) cfg.candidates.push_back(std::stoi(k));
             } else if (args[i] == "--seconds") cfg.seconds = std::stod(value());
+            else if (args[i] == "--cpus") cfg.cpus = value();
             else if (args[i] == "--csv") cfg.csv = value();
             else if (args[i] == "--plot") cfg.plot_dir = value();
             else return usage();
         }
         for (auto const& b : cfg.backends)
-            if (b != "http" && b != "inproc" && b != "http-retake" && b != "inproc-retake") throw std::runtime_error("unknown backend " + b);
+            if (b != "http" && b != "inproc" && b != "http-retake" && b != "inproc-retake" && b != "unix" &&
+                b != "unix-retake")
+                throw std::runtime_error("unknown backend " + b);
     } catch (std::exception const& e) {
         std::cerr << "throughput: " << e.what() << "\n";
         return usage();
     }
 
+    if (!cfg.cpus.empty()) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        try {
+            for (auto const& c : split(cfg.cpus)) CPU_SET(std::stoi(c), &set);
+        } catch (std::exception const&) {
+            std::cerr << "throughput: --cpus takes CPU numbers separated by commas, got " << cfg.cpus << "\n";
+            return usage();
+        }
+        if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+            std::perror("throughput: sched_setaffinity");
+            return 2;
+        }
+    }
     std::time_t now = std::time(nullptr);
     char date[64];
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
     std::printf("throughput bench (%s): %s; %.1f s per configuration; one key, LockDelay 0\n", cfg.mode.c_str(), date,
                 cfg.seconds);
     std::printf("machine: %s; load average at start: %s\n", machine().c_str(), loadavg().c_str());
+    std::printf("cpus: %s\n", cfg.cpus.empty() ? "as the kernel schedules (bench and agent free to use every core)"
+                                               : ("pinned to " + cfg.cpus + " (bench and agent child)").c_str());
     std::printf("a cycle: acquire() called -> release() answered; acq: the acquire() part; min/c, max/c: cycles "
                 "of the least and most served candidate;\nswitch%%: cycles whose holder differs from the previous "
                 "cycle's (0%%: one candidate keeps re-taking the key)\n");
@@ -305,16 +351,23 @@ int main(int argc, char** argv) {
 
     asio::io_context io;
     std::vector<result> results;
+    std::set<std::string> floors_printed;
     int rc = 0;
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
             for (auto const& bname : cfg.backends) {
+                std::string const socket_path = "/tmp/tenure-throughput-" + std::to_string(::getpid()) + ".sock";
                 std::unique_ptr<backend> be =
-                    bname.starts_with("http") ? backend::start_http(io, "1s") : backend::start_inproc(io, 1s);
-                if (bname == "http" || (bname == "http-retake" && std::find(cfg.backends.begin(), cfg.backends.end(),
-                                                                              "http") == cfg.backends.end()))
+                    bname.starts_with("http")   ? backend::start_http(io, "1s")
+                    : bname.starts_with("unix") ? backend::start_http(io, "1s", "warn", "unix://" + socket_path)
+                                                : backend::start_inproc(io, 1s);
+                // One floor per transport, before its first row.
+                std::string const transport = bname.substr(0, bname.find('-'));
+                if (transport != "inproc" && !floors_printed.contains(transport)) {
+                    floors_printed.insert(transport);
                     print_floor(be->url());
+                }
                 for (int k : cfg.candidates) {
                     result r = co_await measure(*be, bname, k, cfg.seconds);
                     print_row(r);
