@@ -34,6 +34,8 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <thread>
+#include <type_traits>
 
 #include <sched.h>
 
@@ -186,6 +188,54 @@ void print_floor(Socket& sock, char const* over) {
                 over, p50, pct(rtt, 99), 1e6 / (2 * p50));
 }
 
+// Below that: the kernel's part alone. Two threads of the bench ping-pong
+// 200 bytes over a blocking socket pair (no HTTP, no agent): what a round
+// trip costs in wake-ups and the socket layer, over TCP and a Unix socket.
+template <class Protocol>
+double socket_ping_pong_p50(typename Protocol::endpoint const& listen_at) {
+    asio::io_context io;
+    typename Protocol::acceptor acceptor(io, listen_at);
+    typename Protocol::socket client(io), server(io);
+    std::thread echo([&] {
+        acceptor.accept(server);
+        std::array<char, 256> b{};
+        boost::system::error_code ec;
+        for (;;) {
+            auto const n = server.read_some(asio::buffer(b), ec);
+            if (ec) break;
+            asio::write(server, asio::buffer(b.data(), n), ec);
+            if (ec) break;
+        }
+    });
+    client.connect(acceptor.local_endpoint());
+    if constexpr (std::is_same_v<Protocol, asio::ip::tcp>) {
+        client.set_option(asio::ip::tcp::no_delay(true));
+    }
+    std::array<char, 200> msg{};
+    std::array<char, 256> in{};
+    std::vector<double> rtt;
+    for (int i = 0; i < 20000; ++i) {
+        auto const t0 = steady::now();
+        asio::write(client, asio::buffer(msg));
+        for (std::size_t got = 0; got < msg.size();) got += client.read_some(asio::buffer(in));
+        if (i >= 1000) rtt.push_back(ms(steady::now() - t0) * 1000.0);
+    }
+    client.close();
+    echo.join();
+    return pct(rtt, 50);
+}
+
+void print_socket_floor() {
+    double const tcp = socket_ping_pong_p50<asio::ip::tcp>({asio::ip::make_address("127.0.0.1"), 0});
+    std::string const path = "/tmp/tenure-throughput-pingpong-" + std::to_string(::getpid()) + ".sock";
+    ::unlink(path.c_str());
+    double const local = socket_ping_pong_p50<asio::local::stream_protocol>(asio::local::stream_protocol::endpoint(path));
+    ::unlink(path.c_str());
+    std::printf("kernel floor: 200-byte ping-pong between two threads, blocking sockets, no HTTP: "
+                "loopback TCP p50 %.1f us, Unix socket p50 %.1f us\n",
+                tcp, local);
+}
+
 void print_floor(std::string const& url) {
     asio::io_context io;
     if (url.starts_with("unix://")) {
@@ -224,9 +274,15 @@ void plot(config const& cfg, std::vector<result> const& results) {
     namespace fs = std::filesystem;
     fs::path dir = cfg.plot_dir;
     fs::create_directories(dir / "gnuplot");
-    fs::path dat = dir / "gnuplot" / "throughput.dat";
-    fs::path gp = dir / "gnuplot" / "throughput.gp";
-    fs::path png = dir / "throughput.png";
+    // Pinned runs get their own files: throughput-cpus0.png for --cpus 0.
+    std::string name = "throughput";
+    if (!cfg.cpus.empty()) {
+        name += "-cpus";
+        for (char c : cfg.cpus) name += c == ',' ? '_' : c;
+    }
+    fs::path dat = dir / "gnuplot" / (name + ".dat");
+    fs::path gp = dir / "gnuplot" / (name + ".gp");
+    fs::path png = dir / (name + ".png");
     {
         // One block per backend: K, cycles/s, p50, p99 (ms).
         std::ofstream f(dat);
@@ -243,7 +299,8 @@ void plot(config const& cfg, std::vector<result> const& results) {
     g << "set terminal pngcairo size 1300,520 font 'DejaVu Sans,10'\n";
     g << "set output '" << png.string() << "'\n";
     g << "set multiplot layout 1,2 title \"Lock throughput: acquire()+release() cycles on one key, K candidates "
-         "contending (" << cfg.seconds << " s per point)\"\n";
+         "contending (" << cfg.seconds << " s per point"
+      << (cfg.cpus.empty() ? std::string() : "; bench and agent pinned to CPU " + cfg.cpus) << ")\"\n";
     g << "set grid\nset logscale x\nset xlabel 'candidates K (log scale)'\nset key top right\n";
     g << "set ylabel 'cycles per second (all candidates together, log scale)'\nset logscale y\n";
     g << "set title 'throughput'\n";
@@ -349,6 +406,8 @@ int main(int argc, char** argv) {
                 "cycle's (0%%: one candidate keeps re-taking the key)\n");
     print_header();
 
+    if (std::any_of(cfg.backends.begin(), cfg.backends.end(), [](std::string const& b) { return !b.starts_with("inproc"); }))
+        print_socket_floor();
     asio::io_context io;
     std::vector<result> results;
     std::set<std::string> floors_printed;
