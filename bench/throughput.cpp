@@ -304,6 +304,9 @@ void plot(config const& cfg, std::vector<result> const& results) {
     g << "set grid\nset logscale x\nset xlabel 'candidates K (log scale)'\nset key top right\n";
     g << "set ylabel 'cycles per second (all candidates together, log scale)'\nset logscale y\n";
     g << "set title 'throughput'\n";
+    // Issue #5's goal for HTTP on one key.
+    g << "set arrow 1 from graph 0, first 20000 to graph 1, first 20000 nohead dt 3 lw 1.5 lc rgb '#444444'\n";
+    g << "set label 1 'goal over HTTP: 20,000/s' at graph 0.02, first 22500 tc rgb '#444444'\n";
     auto color = [](std::string const& b) {
         if (b == "http") return std::string("#d95f02");
         if (b == "http-retake") return std::string("#7570b3");
@@ -319,6 +322,7 @@ void plot(config const& cfg, std::vector<result> const& results) {
                 color(cfg.backends[i]) + "' title '" + cfg.backends[i] + "'";
     }
     g << plot << "\n";
+    g << "unset arrow 1\nunset label 1\n";
     g << "set title 'time per cycle (acquire() call -> release answered)'\n";
     g << "set ylabel 'ms per cycle (log scale)'\n";
     plot = "plot ";
