@@ -204,7 +204,7 @@ private:
         s += ' ';
         s += target;
         s += " on ";
-        s += opts_.host_header;
+        s += opts_.unix_path.empty() ? opts_.host_header : "unix://" + opts_.unix_path;
         return s;
     }
 

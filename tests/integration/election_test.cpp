@@ -856,6 +856,23 @@ BOOST_AUTO_TEST_CASE(a_unix_address_on_a_file_that_is_not_a_socket_is_refused_an
     BOOST_CHECK_THROW(client_for("unix://relative.sock"), boost::system::system_error);
     BOOST_CHECK_THROW(client_for("unix://"), boost::system::system_error);
     BOOST_TEST(client_for("UNIX:///run/x.sock").config().address == "unix:///run/x.sock");
+
+    // A socket nobody listens on: the request fails, and the error names the socket.
+    auto const nobody = socket_path("nobody");
+    auto lonely = client_for("unix://" + nobody);
+    std::string what;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            try {
+                co_await lonely.agent_self();
+            } catch (std::exception const& e) {
+                what = e.what();
+            }
+        },
+        asio::detached);
+    io.run_for(5s);
+    BOOST_TEST(what.find("unix://" + nobody) != std::string::npos, what);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
