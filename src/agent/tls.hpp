@@ -1,9 +1,9 @@
 // HTTPS for the embedded agent: the server's TLS context built from the
-// agent's options. Internal to src/agent/; the stream is tenure::detail::tls_stream.
+// agent's options. Internal to src/agent/; the stream is tenure::detail::net_stream.
 #pragma once
 
 #include <tenure/agent.hpp>
-#include <tenure/detail/tls_stream.hpp>
+#include <tenure/detail/net_stream.hpp>
 
 #include <boost/asio/ssl/context.hpp>
 
@@ -11,7 +11,7 @@
 
 namespace tenure::detail::agent {
 
-using agent_stream = tenure::detail::tls_stream;
+using agent_stream = tenure::detail::net_stream;
 
 // The HTTPS listener's TLS context: TLS 1.2 or later, the certificate chain
 // and key of cert_file / key_file, and with verify_incoming a client

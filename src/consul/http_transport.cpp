@@ -12,7 +12,7 @@
 // one deadline, enforced by basic_stream::expires_at.
 #include "transport.hpp"
 
-#include <tenure/detail/tls_stream.hpp>
+#include <tenure/detail/net_stream.hpp>
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -53,7 +53,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
-using endpoint = tenure::detail::tls_stream::protocol::endpoint;  // TCP or Unix
+using endpoint = tenure::detail::net_stream::protocol::endpoint;  // TCP or Unix
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::string_view user_agent = "tenure/0.1";
@@ -75,7 +75,7 @@ struct connection {
     }
     connection(connection const&) = delete;
     connection& operator=(connection const&) = delete;
-    tenure::detail::tls_stream stream;  // TLS for https:// addresses
+    tenure::detail::net_stream stream;  // TLS for https:// addresses
     std::shared_ptr<connection_count> count;
     beast::flat_buffer buffer;
     bool aborted = false;  // close() closed it under a pending operation

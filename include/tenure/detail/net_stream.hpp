@@ -19,7 +19,7 @@
 
 namespace tenure::detail {
 
-class tls_stream {
+class net_stream {
 public:
     using protocol = boost::asio::generic::stream_protocol;
     using socket_type = protocol::socket;
@@ -27,11 +27,11 @@ public:
     using executor_type = byte_stream::executor_type;
 
     // `tls`: the context, or nullptr for plain bytes. The context must outlive the stream.
-    tls_stream(socket_type s, boost::asio::ssl::context* tls) {
+    net_stream(socket_type s, boost::asio::ssl::context* tls) {
         if (tls) tls_.emplace(std::move(s), *tls);
         else plain_.emplace(std::move(s));
     }
-    tls_stream(boost::asio::any_io_executor const& ex, boost::asio::ssl::context* tls) {
+    net_stream(boost::asio::any_io_executor const& ex, boost::asio::ssl::context* tls) {
         if (tls) tls_.emplace(ex, *tls);
         else plain_.emplace(ex);
     }
