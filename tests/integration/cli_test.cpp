@@ -288,6 +288,20 @@ BOOST_AUTO_TEST_CASE(runs_the_child_and_exits_zero_with_its_output) {
     BOOST_TEST(!key("itest/run/.lock").is_null());
 }
 
+BOOST_AUTO_TEST_CASE(talks_to_an_agent_on_a_unix_socket) {
+    // -http-addr and CONSUL_HTTP_ADDR take unix:///path, as for consul lock.
+    std::string const path = "/tmp/tenure-itest-cli-" + std::to_string(::getpid()) + ".sock";
+    agent_options o;
+    o.http_addr = "unix://" + path;
+    agent_process local(o);
+    tenure_process p({"lock", "-http-addr", local.address(), "itest/unix", "echo held=$CONSUL_LOCK_HELD"});
+    BOOST_TEST(p.rest_of_stdout() == "held=true\n");
+    auto rc = p.wait();
+    BOOST_TEST(rc == 0, join_status(p, rc));
+    // The key lives in the socket's agent, not in the fixture's TCP one.
+    BOOST_TEST(key("itest/unix/.lock").is_null());
+}
+
 BOOST_AUTO_TEST_CASE(child_environment_matches_the_server) {
     // -pass-stdin: the child holds the lock until the test writes a line.
     tenure_process p(
