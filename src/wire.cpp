@@ -2,7 +2,11 @@
 
 #include <boost/beast/core/detail/base64.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+
+#include <sys/un.h>
 
 namespace tenure::detail {
 
@@ -32,6 +36,24 @@ std::optional<std::string> base64_decode(std::string_view in) {
     if (read != in.size() - padding) return std::nullopt;
     out.resize(written);
     return out;
+}
+
+std::optional<unix_address> parse_unix_address(std::string_view text) {
+    constexpr std::string_view scheme = "unix://";
+    if (text.size() < scheme.size() ||
+        !std::equal(scheme.begin(), scheme.end(), text.begin(),
+                    [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); }))
+        return std::nullopt;
+    unix_address a;
+    a.path = std::string(text.substr(scheme.size()));
+    constexpr std::size_t capacity = sizeof(sockaddr_un::sun_path);
+    if (a.path.empty() || a.path.front() != '/')
+        a.error = "a unix:// address needs an absolute socket path (unix:///path/to/socket)";
+    else if (a.path.size() >= capacity)
+        a.error = "the socket path is longer than " + std::to_string(capacity - 1) + " bytes";
+    else if (a.path.find('\0') != std::string::npos)
+        a.error = "the socket path contains a NUL byte";
+    return a;
 }
 
 }  // namespace tenure::detail

@@ -15,6 +15,7 @@
 #include <tenure/detail/agent/persist.hpp>
 #include <tenure/detail/agent/state.hpp>
 #include <tenure/detail/log.hpp>
+#include <tenure/detail/wire.hpp>
 
 #include "tls.hpp"
 
@@ -150,17 +151,11 @@ private:
 // '/' are ignored. "unix:///path" is a Unix domain socket, as in Consul's
 // addresses.http.
 endpoint parse_http_addr(std::string const& text) {
-    std::string_view s = text;
-    if (s.starts_with("unix://")) {
-        std::string const path(s.substr(7));
-        if (path.empty() || path.front() != '/')
-            throw_bad_address(text, "a unix:// address needs an absolute socket path (unix:///path/to/socket)");
-        if (path.size() >= sizeof(sockaddr_un::sun_path))
-            throw_bad_address(text, "the socket path is longer than " +
-                                        std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
-        if (path.find('\0') != std::string::npos) throw_bad_address(text, "the socket path contains a NUL byte");
-        return asio::local::stream_protocol::endpoint(path);
+    if (auto u = detail::parse_unix_address(text)) {
+        if (!u->error.empty()) throw_bad_address(text, u->error);
+        return asio::local::stream_protocol::endpoint(u->path);
     }
+    std::string_view s = text;
     if (s.substr(0, 7) == "http://") s.remove_prefix(7);
     while (!s.empty() && s.back() == '/') s.remove_suffix(1);
 

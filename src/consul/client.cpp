@@ -14,8 +14,6 @@
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/parse.hpp>
-
-#include <sys/un.h>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
 #include <algorithm>
@@ -340,18 +338,11 @@ struct parsed_address {
 
 parsed_address parse_address(std::string const& text) {
     // unix:///path/to/socket, as Consul's agent and CLI spell a Unix domain
-    // socket (plain HTTP over it; the path must be absolute).
-    if (text.size() >= 7 && std::equal(text.begin(), text.begin() + 7, "unix://", [](char a, char b) {
-            return std::tolower(static_cast<unsigned char>(a)) == b;
-        })) {
+    // socket (plain HTTP over it).
+    if (auto u = tenure::detail::parse_unix_address(text)) {
+        if (!u->error.empty()) bad_address(text, u->error);
         parsed_address a;
-        a.unix_path = text.substr(7);
-        if (a.unix_path.empty() || a.unix_path.front() != '/')
-            bad_address(text, "a unix:// address needs an absolute socket path (unix:///path/to/socket)");
-        if (a.unix_path.size() >= sizeof(sockaddr_un::sun_path))
-            bad_address(text, "the socket path is longer than " + std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
-                                  " bytes");
-        if (a.unix_path.find('\0') != std::string::npos) bad_address(text, "the socket path contains a NUL byte");
+        a.unix_path = std::move(u->path);
         a.host = "localhost";
         a.host_header = "localhost";
         a.normalized = "unix://" + a.unix_path;

@@ -855,6 +855,7 @@ BOOST_AUTO_TEST_CASE(a_unix_address_on_a_file_that_is_not_a_socket_is_refused_an
     };
     BOOST_CHECK_THROW(client_for("unix://relative.sock"), boost::system::system_error);
     BOOST_CHECK_THROW(client_for("unix://"), boost::system::system_error);
+    BOOST_CHECK_THROW(client_for("unix:///" + std::string(120, 'a')), boost::system::system_error);  // > sun_path
     BOOST_TEST(client_for("UNIX:///run/x.sock").config().address == "unix:///run/x.sock");
 
     // A socket nobody listens on: the request fails, and the error names the socket.

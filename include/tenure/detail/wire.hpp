@@ -1,5 +1,6 @@
 // Small encodings shared by the agent and the client: Consul's KV values are
-// standard padded base64 in JSON, and its numbers (flags, indexes) are uint64.
+// standard padded base64 in JSON, its numbers (flags, indexes) are uint64,
+// and a Unix socket address is spelled unix:///path.
 #pragma once
 
 #include <cstdint>
@@ -16,5 +17,14 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept;
 std::string base64_encode(std::string_view in);
 // nullopt when `in` is not padded standard base64.
 std::optional<std::string> base64_decode(std::string_view in);
+
+// "unix:///path" (scheme in any case): the socket's path, or why it cannot be
+// one (not absolute, too long for sockaddr_un, a NUL byte). nullopt: not a
+// unix:// address at all.
+struct unix_address {
+    std::string path;
+    std::string error;  // empty when `path` is usable
+};
+std::optional<unix_address> parse_unix_address(std::string_view text);
 
 }  // namespace tenure::detail
