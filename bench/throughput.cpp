@@ -412,7 +412,7 @@ int main(int argc, char** argv) {
 
     if (std::any_of(cfg.backends.begin(), cfg.backends.end(), [](std::string const& b) { return !b.starts_with("inproc"); }))
         print_socket_floor();
-    asio::io_context io;
+    asio::io_context io{1};  // one thread runs it, as in a single-threaded server
     std::vector<result> results;
     std::set<std::string> floors_printed;
     int rc = 0;

@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
@@ -124,7 +125,7 @@ struct scope_state;
 struct session_impl : std::enable_shared_from_this<session_impl> {
     session_impl(asio::any_io_executor ex, session_options o, std::string id, clock::time_point created_sent_at)
         : executor(ex), options(std::move(o)), id(std::move(id)), fsm(options.ttl, created_sent_at), wake(ex),
-          lost_event(ex) {}
+          lost_event(ex), monitor_timer(ex) {}
     virtual ~session_impl() = default;
 
     asio::any_io_executor executor;
@@ -138,6 +139,18 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     std::vector<std::function<void(session_state)>> callbacks;
     std::vector<std::weak_ptr<scope_state>> scopes;
     std::size_t scopes_pruned_at = 0;  // live scopes after the last pruning (see adopt())
+    // Scopes whose monitor starts late (election_options::monitor_delay),
+    // soonest first, under one timer: a term shorter than its delay costs a
+    // push here, not a timer or a coroutine of its own.
+    struct deferred_monitor {
+        std::weak_ptr<scope_state> scope;
+        clock::time_point due;         // acquired + monitor_delay
+        clock::time_point start_from;  // acquired + 3/4 of it (see defer_monitor)
+    };
+    std::deque<deferred_monitor> deferred_monitors;
+    asio::steady_timer monitor_timer;
+    bool monitor_timer_armed = false;
+    std::size_t deferred_pruned_at = 0;  // entries left after the last pruning
 
     // ---- backend operations ----
     // One renewal: true when acknowledged, false when the server no longer
@@ -173,8 +186,12 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     void notify(session_state s);
     void mark_lost(boost::system::error_code why);
     asio::awaitable<void> close();
-    // Registers a freshly acquired scope and starts its monitor.
+    // Registers a freshly acquired scope and starts its monitor (now, or
+    // after the scope's monitor_delay).
     void adopt(std::shared_ptr<scope_state> const& s);
+    void defer_monitor(std::shared_ptr<scope_state> const& s);
+    void start_due_monitors();
+    void arm_monitor_timer();
 };
 
 enum class scope_status { held, released, lost };
@@ -193,6 +210,7 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     boost::system::error_code reason;
     event lost_event;
     asio::cancellation_signal monitor_cancel;
+    clock::duration monitor_delay{};  // how long after the acquire the monitor starts
 
     // ---- backend operations ----
     // Watches the key until loss (calling lose()) or cancellation.

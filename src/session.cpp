@@ -59,13 +59,65 @@ void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
         scopes_pruned_at = scopes.size();
     }
     scopes.push_back(s);
-    s->start_monitor();
+    if (s->monitor_delay > clock::duration::zero()) defer_monitor(s);
+    else s->start_monitor();
     leadership_event e;
     e.kind = leadership_event_kind::acquired;
     e.session_id = id;
     e.key = s->key;
     e.token = s->token;
     emit_event(options.on_event, std::move(e));
+}
+
+void session_impl::defer_monitor(std::shared_ptr<scope_state> const& s) {
+    auto const now = clock::now();
+    // Due after its delay; one expiry also starts those that are due within
+    // the next quarter of theirs (one wake-up for several).
+    deferred_monitor d{s, now + s->monitor_delay, now + s->monitor_delay - s->monitor_delay / 4};
+    // Ended terms wait in the queue until the timer passes them; with a long
+    // delay and many short terms, drop them now and then (amortised O(1)).
+    if (deferred_monitors.size() >= deferred_pruned_at * 2 + 16) {
+        std::erase_if(deferred_monitors, [](deferred_monitor const& m) {
+            auto live = m.scope.lock();
+            return !live || live->status != scope_status::held;
+        });
+        deferred_pruned_at = deferred_monitors.size();
+    }
+    auto at = deferred_monitors.end();  // usually every delay is the same and this appends
+    while (at != deferred_monitors.begin() && std::prev(at)->due > d.due) --at;
+    deferred_monitors.insert(at, std::move(d));
+    arm_monitor_timer();
+}
+
+void session_impl::start_due_monitors() {
+    // Ended terms leave the queue whatever their due time, so the timer is
+    // armed only for a scope still held: under a stream of short terms it
+    // fires about once per delay, not once per term.
+    auto const now = clock::now();
+    while (!deferred_monitors.empty()) {
+        auto s = deferred_monitors.front().scope.lock();
+        if (s && s->status == scope_status::held) {
+            if (deferred_monitors.front().start_from > now) break;
+            s->start_monitor();
+        }
+        deferred_monitors.pop_front();
+    }
+    arm_monitor_timer();
+}
+
+void session_impl::arm_monitor_timer() {
+    if (deferred_monitors.empty()) return;
+    auto const due = deferred_monitors.front().due;
+    // Armed for a later moment than the new front: move it earlier.
+    if (monitor_timer_armed && monitor_timer.expiry() <= due) return;
+    monitor_timer_armed = true;
+    monitor_timer.expires_at(due);
+    monitor_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+        auto self = w.lock();
+        if (!self || ec == asio::error::operation_aborted) return;  // gone, or re-armed
+        self->monitor_timer_armed = false;
+        self->start_due_monitors();
+    });
 }
 
 void session_impl::mark_lost(boost::system::error_code why) {

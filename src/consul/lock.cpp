@@ -8,6 +8,7 @@
 
 #include <boost/asio/this_coro.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -196,6 +197,7 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
 // server means loss.
 asio::awaitable<void> consul_lock_scope::monitor() {
     auto self = shared_from_this();
+    watching = true;
     std::uint64_t index = modify_index;
     std::optional<kv_watch_hub::known_state> known = kv_watch_hub::known_state{true, modify_index};
     clock::duration retry = 20ms;
@@ -245,7 +247,8 @@ asio::awaitable<void> consul_lock_scope::monitor() {
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
                                                                             bool once,
                                                                             std::shared_ptr<kv_watch_hub> hub,
-                                                                            bool quick_retake) {
+                                                                            election_options const& eopts) {
+    bool const quick_retake = eopts.quick_retake;
     auto self = std::static_pointer_cast<consul_session>(shared_from_this());
     std::uint64_t index = 0;
     std::optional<kv_watch_hub::known_state> known;  // nullopt: any state answers
@@ -267,6 +270,9 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         st->token = held.lock_index;
         st->modify_index = held.modify_index;
         st->quick_retake = quick_retake;
+        // Negative: at once; beyond a year: a year (keeps now + delay finite).
+        st->monitor_delay = std::clamp<clock::duration>(std::chrono::duration_cast<clock::duration>(eopts.monitor_delay),
+                                                        clock::duration::zero(), std::chrono::hours{24 * 366});
         adopt(st);
         return st;
     };
@@ -392,7 +398,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
 }
 
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::string key, std::string value, bool once) {
-    return acquire_with(std::move(key), std::move(value), once, nullptr, false);
+    return acquire_with(std::move(key), std::move(value), once, nullptr, election_options{});
 }
 
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_shared(std::string key, std::string value,
@@ -401,7 +407,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_shared(std
     auto const& prefix = options.shared_watch;
     std::shared_ptr<kv_watch_hub> hub;
     if (!prefix.empty() && key.starts_with(prefix)) hub = kv_watch_hub::get(client, prefix);
-    return acquire_with(std::move(key), std::move(value), once, std::move(hub), options.quick_retake);
+    return acquire_with(std::move(key), std::move(value), once, std::move(hub), options);
 }
 
 asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::client& client, session_options options) {

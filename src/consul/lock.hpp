@@ -25,10 +25,11 @@ struct consul_lock_scope final : scope_state {
     std::uint64_t modify_index = 0;
 
     bool quick_retake = false;  // release with a transaction that reports the key's ModifyIndex
+    bool watching = false;      // the monitor has started (see session_impl::defer_monitor)
 
-    // The release wakes the monitor's own blocking query; a hub waiter costs
-    // nothing to cancel.
-    bool monitor_outlives_release() const noexcept override { return !hub; }
+    // The release wakes the monitor's own blocking query; a hub waiter, or a
+    // monitor still in its delay, costs nothing to cancel.
+    bool monitor_outlives_release() const noexcept override { return !hub && watching; }
 
     asio::awaitable<void> monitor() override;
     asio::awaitable<void> send_release() override;
@@ -88,7 +89,8 @@ struct consul_session final : session_impl {
     asio::awaitable<std::shared_ptr<scope_state>> acquire_shared(std::string key, std::string value, bool once,
                                                                  election_options const& options) override;
     asio::awaitable<std::shared_ptr<scope_state>> acquire_with(std::string key, std::string value, bool once,
-                                                               std::shared_ptr<kv_watch_hub> hub, bool quick_retake);
+                                                               std::shared_ptr<kv_watch_hub> hub,
+                                                               election_options const& options);
 
     // Consul's semaphore protocol (src/consul/semaphore.cpp).
     asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,

@@ -694,6 +694,76 @@ BOOST_AUTO_TEST_CASE(quick_retake_honours_whatever_happened_to_the_key_meanwhile
     });
 }
 
+// election_options::monitor_delay: a term shorter than the delay costs no
+// blocking query; a term that outlives it gets its monitor, which starts from
+// the state the acquire saw and so misses nothing that happened meanwhile.
+BOOST_AUTO_TEST_CASE(monitor_delay_spares_short_terms_their_query_and_misses_no_loss) {
+    auto client = make_client();
+    tenure::itest::http_client http("127.0.0.1", agent.port());
+    auto metric = [&](std::string const& prefix) {
+        auto text = http.get("/v1/agent/metrics?format=prometheus").body;
+        double sum = 0;
+        for (std::size_t at = text.find("\n" + prefix); at != std::string::npos; at = text.find("\n" + prefix, at + 1)) {
+            auto const line_end = text.find('\n', at + 1);
+            auto const line = text.substr(at + 1, line_end - at - 1);
+            sum += std::stod(line.substr(line.rfind(' ') + 1));
+        }
+        return sum;
+    };
+    auto kv_gets = [&] { return metric("tenure_http_requests_total{method=\"GET\",endpoint=\"kv\""); };
+    auto parked = [&] { return metric("tenure_blocking_queries "); };
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 5s, 0ms));
+
+        // Long delay, short terms: the first acquire reads the key, the
+        // retakes and the terms themselves send no GET at all.
+        tenure::election_options late;
+        late.quick_retake = true;
+        late.monitor_delay = 1h;
+        tenure::election el(a, "itest/monitor-delay", "a", late);
+        double const before_late = kv_gets();
+        for (int i = 0; i < 20; ++i) {
+            auto s = co_await el.acquire();
+            BOOST_REQUIRE(s.held());
+            co_await s.release();
+        }
+        BOOST_TEST(kv_gets() - before_late <= 1.0);
+        BOOST_TEST(parked() == 0.0);
+
+        // No delay: every term parks its monitor's query on the key.
+        tenure::election_options now;
+        now.quick_retake = true;
+        now.monitor_delay = 0s;
+        tenure::election en(a, "itest/monitor-delay", "a", now);
+        double const before_now = kv_gets();
+        for (int i = 0; i < 5; ++i) {
+            auto s = co_await en.acquire();
+            BOOST_REQUIRE(s.held());
+            while (parked() < 1.0) co_await sleep_for(1ms);
+            co_await s.release();
+            while (parked() > 0.0) co_await sleep_for(1ms);  // the release answered it
+        }
+        BOOST_TEST(kv_gets() - before_now >= 5.0);
+
+        // The key deleted while the monitor waits out its delay: once the
+        // monitor starts, it sees the deletion (its query starts from the
+        // acquire's index) and the work is cancelled.
+        tenure::election_options soon;
+        soon.monitor_delay = 200ms;
+        tenure::election es(a, "itest/monitor-delay", "a", soon);
+        auto s = co_await es.acquire();
+        BOOST_REQUIRE(s.held());
+        BOOST_TEST(parked() == 0.0);
+        BOOST_REQUIRE(co_await client->kv_delete("itest/monitor-delay"));
+        BOOST_TEST(s.held());  // nothing watches the key yet
+        work_log log;
+        bool finished = co_await s.run(endless_work(log));
+        BOOST_TEST(!finished);
+        BOOST_TEST((s.loss_reason() == tenure::error::key_deleted));
+        co_await a.close();
+    });
+}
+
 // A session that takes and releases a key many times keeps no memory of its
 // ended terms (it used to keep a weak_ptr, and so the scope's allocation, of
 // every term for its whole life).
