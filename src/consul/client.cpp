@@ -473,6 +473,11 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
     config.address = env_or(std::move(config.address), "CONSUL_HTTP_ADDR");
     if (config.address.empty()) config.address = "http://127.0.0.1:8500";
     config.token = env_or(std::move(config.token), "CONSUL_HTTP_TOKEN");
+    // The token goes into a request header as it is: a CR or LF would split
+    // the request (and leak the rest of the token into another header).
+    if (std::any_of(config.token.begin(), config.token.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+        throw boost::system::system_error(boost::asio::error::invalid_argument,
+                                          "invalid Consul ACL token: it contains a control character");
     auto const addr = parse_address(config.address);
     config.address = addr.normalized;
     std::shared_ptr<asio::ssl::context> tls;

@@ -1398,6 +1398,50 @@ BOOST_AUTO_TEST_CASE(malformed_http_does_not_crash_or_change_state) {
     BOOST_TEST(session_info(http, sid).has_value());
 }
 
+// The agent renders each answer's head itself (one buffer, not Beast's
+// serializer): the framing must be exact, a HEAD answer must carry no body,
+// and an HTTP/1.0 client gets its connection closed unless it asks.
+BOOST_AUTO_TEST_CASE(answers_are_framed_exactly) {
+    REQUIRE_STATUS(http.put("/v1/kv/framed", "hello"), 200u);
+    auto const split = [](std::string const& raw) {
+        auto const end = raw.find("\r\n\r\n");
+        BOOST_REQUIRE(end != std::string::npos);
+        return std::pair{raw.substr(0, end + 2), raw.substr(end + 4)};
+    };
+
+    auto get = http.send_raw("GET /v1/kv/framed?raw HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 5000ms);
+    BOOST_TEST(get.closed_by_peer);
+    auto [head, body] = split(get.received);
+    BOOST_TEST(head.rfind("HTTP/1.1 200 OK\r\n", 0) == 0u, head);
+    BOOST_TEST(head.find("\r\nContent-Length: 5\r\n") != std::string::npos, head);
+    BOOST_TEST(head.find("\r\nX-Consul-Index: ") != std::string::npos, head);
+    BOOST_TEST(head.find("\r\nDate: ") != std::string::npos, head);
+    BOOST_TEST(body == "hello");
+
+    auto head_only = http.send_raw("HEAD /v1/kv/framed HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 5000ms);
+    BOOST_TEST(head_only.closed_by_peer);
+    auto [hhead, hbody] = split(head_only.received);
+    BOOST_TEST(hhead.rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0) == 0u, hhead);
+    BOOST_TEST(hhead.find("\r\nContent-Length: ") != std::string::npos, hhead);
+    BOOST_TEST(hbody.empty(), "a HEAD answer carried a body: '" << hbody << "'");
+
+    auto old = http.send_raw("GET /v1/kv/framed?raw HTTP/1.0\r\n\r\n", 5000ms);
+    BOOST_TEST(old.closed_by_peer);
+    auto [ohead, obody] = split(old.received);
+    BOOST_TEST(ohead.find("\r\nConnection: close\r\n") != std::string::npos, ohead);
+    BOOST_TEST(obody == "hello");
+
+    // Two requests in one write (pipelined): two answers, in order.
+    auto two = http.send_raw("GET /v1/kv/framed?raw HTTP/1.1\r\nHost: a\r\n\r\n"
+                             "GET /v1/kv/missing HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                             5000ms);
+    BOOST_TEST(two.closed_by_peer);
+    auto const second = two.received.find("HTTP/1.1 404");
+    BOOST_TEST(two.received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0u, two.received);
+    BOOST_REQUIRE(second != std::string::npos);
+    BOOST_TEST(two.received.substr(second - 5, 5) == "hello");
+}
+
 BOOST_AUTO_TEST_CASE(keep_alive_serves_many_requests_on_one_connection) {
     // The fixture's client keeps one connection; a hundred requests must not need a reconnect.
     for (int i = 0; i < 100; ++i) {

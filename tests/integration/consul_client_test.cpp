@@ -894,6 +894,15 @@ BOOST_AUTO_TEST_CASE(token_header_sent) {
     BOOST_TEST(ok);
     BOOST_TEST(request.find("GET /v1/agent/self?dc=dc9 HTTP/1.1\r\n") == 0u, request);
     BOOST_TEST(request.find("X-Consul-Token: t0ken\r\n") != std::string::npos, request);
+    BOOST_TEST(request.find("\r\nHost: " + server.address().substr(server.address().find("://") + 3) + "\r\n") !=
+                   std::string::npos,
+               request);
+    BOOST_TEST(request.find("\r\nUser-Agent: tenure/") != std::string::npos, request);
+    BOOST_TEST(request.find("Content-Length") == std::string::npos, request);  // a GET without a body
+
+    // A token that would split the request is refused up front.
+    BOOST_CHECK_THROW(consul::client(ioc.get_executor(), {.address = server.address(), .token = "t\r\nX-Evil: 1"}),
+                      boost::system::system_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
