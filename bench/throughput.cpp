@@ -4,11 +4,14 @@
 //
 //   throughput [--quick | --full] [--backend http,http-retake,unix,unix-retake,inproc,inproc-retake]
 //              [--candidates 1,2,10,100] [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR]
+//              [--tag NAME]
 //
 // --cpus 0 runs the bench and the agent child on one core (sched_setaffinity,
 // inherited by the child). On a VM that takes the cross-vCPU wake-up out of
 // every round trip, so the figures show what the code costs rather than what
-// the hypervisor charges to wake an idle vCPU.
+// the hypervisor charges to wake an idle vCPU. The header prints how idle
+// vCPUs wait (guest halt polling, see halt_poll_text); --tag names the plot
+// of a run made under other settings (throughput-TAG.png).
 //
 // Each candidate has its own client and session (LockDelay 0, TTL 10 s) and
 // loops: election.acquire(), then scope.release(). "unix" is the agent child
@@ -52,6 +55,7 @@ struct config {
     double seconds = 2;
     std::string cpus;  // empty: as the kernel schedules
     std::string csv, plot_dir;
+    std::string tag;  // names the plot of a run under other settings
 };
 
 struct result {
@@ -270,16 +274,34 @@ void print_row(result const& r) {
     std::fflush(stdout);
 }
 
+// How an idle vCPU waits on a KVM guest. With the cpuidle-haltpoll driver it
+// polls up to guest_halt_poll_ns before halting (the kernel's default:
+// 200 us); a halted vCPU costs an IPI and a VM entry to wake, which is most
+// of a round trip between two processes on different vCPUs.
+std::string halt_poll_text(bool brief) {
+    std::ifstream driver("/sys/devices/system/cpu/cpuidle/current_driver");
+    std::string name;
+    std::getline(driver, name);
+    std::ifstream ns("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
+    long poll = -1;
+    if (!(ns >> poll) || name != "haltpoll") return brief ? "cpuidle " + name : "cpuidle driver: " + (name.empty() ? std::string("none") : name);
+    if (brief) return poll == 0 ? "idle vCPUs halt at once" : "guest halt polling " + std::to_string(poll / 1000) + " us";
+    return "cpuidle driver: haltpoll, guest_halt_poll_ns=" + std::to_string(poll) +
+           (poll == 0 ? " (idle vCPUs halt at once; the kernel's default is 200000)" : "");
+}
+
 void plot(config const& cfg, std::vector<result> const& results) {
     namespace fs = std::filesystem;
     fs::path dir = cfg.plot_dir;
     fs::create_directories(dir / "gnuplot");
-    // Pinned runs get their own files: throughput-cpus0.png for --cpus 0.
+    // Pinned runs get their own files: throughput-cpus0.png for --cpus 0;
+    // --tag T adds -T (throughput-haltpoll.png).
     std::string name = "throughput";
     if (!cfg.cpus.empty()) {
         name += "-cpus";
         for (char c : cfg.cpus) name += c == ',' ? '_' : c;
     }
+    if (!cfg.tag.empty()) name += "-" + cfg.tag;
     fs::path dat = dir / "gnuplot" / (name + ".dat");
     fs::path gp = dir / "gnuplot" / (name + ".gp");
     fs::path png = dir / (name + ".png");
@@ -300,7 +322,8 @@ void plot(config const& cfg, std::vector<result> const& results) {
     g << "set output '" << png.string() << "'\n";
     g << "set multiplot layout 1,2 title \"Lock throughput: acquire()+release() cycles on one key, K candidates "
          "contending (" << cfg.seconds << " s per point"
-      << (cfg.cpus.empty() ? std::string() : "; bench and agent pinned to CPU " + cfg.cpus) << ")\"\n";
+      << (cfg.cpus.empty() ? std::string() : "; bench and agent pinned to CPU " + cfg.cpus)
+      << (cfg.tag.empty() ? std::string() : "; " + cfg.tag) << "; " << halt_poll_text(true) << ")\"\n";
     g << "set grid\nset logscale x\nset xlabel 'candidates K (log scale)'\nset key top right\n";
     g << "set ylabel 'cycles per second (all candidates together, log scale)'\nset logscale y\n";
     g << "set title 'throughput'\n";
@@ -343,7 +366,7 @@ int usage() {
     std::cerr << "usage: throughput [--quick | --full]\n"
                  "                  [--backend http,http-retake,unix,unix-retake,inproc,inproc-retake]\n"
                  "                  [--candidates 1,2,10,100]\n"
-                 "                  [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR]\n";
+                 "                  [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR] [--tag NAME]\n";
     return 2;
 }
 
@@ -372,6 +395,7 @@ int main(int argc, char** argv) {
             else if (args[i] == "--cpus") cfg.cpus = value();
             else if (args[i] == "--csv") cfg.csv = value();
             else if (args[i] == "--plot") cfg.plot_dir = value();
+            else if (args[i] == "--tag") cfg.tag = value();
             else return usage();
         }
         for (auto const& b : cfg.backends)
@@ -403,6 +427,7 @@ int main(int argc, char** argv) {
     std::printf("throughput bench (%s): %s; %.1f s per configuration; one key, LockDelay 0\n", cfg.mode.c_str(), date,
                 cfg.seconds);
     std::printf("machine: %s; load average at start: %s\n", machine().c_str(), loadavg().c_str());
+    std::printf("%s\n", halt_poll_text(false).c_str());
     std::printf("cpus: %s\n", cfg.cpus.empty() ? "as the kernel schedules (bench and agent free to use every core)"
                                                : ("pinned to " + cfg.cpus + " (bench and agent child)").c_str());
     std::printf("a cycle: acquire() called -> release() answered; acq: the acquire() part; min/c, max/c: cycles "

@@ -2,7 +2,8 @@
 /// tenure::leadership_scope — proof of holding a lock key, RAII.
 ///
 /// While the scope holds the key, a monitor (a consistent blocking query on the
-/// key) and the session's local deadline watch for loss. Loss cancels the work
+/// key, started election_options::monitor_delay after the acquire) and the
+/// session's local deadline watch for loss. Loss cancels the work
 /// started with run() through Asio per-operation cancellation (terminal) and
 /// records why: released_by_other, key_deleted, session_invalidated or
 /// lease_expired_locally. Transient errors (a 500, a dropped connection) are

@@ -1,6 +1,6 @@
 set terminal pngcairo size 1300,520 font 'DejaVu Sans,10'
 set output 'bench/plots/throughput.png'
-set multiplot layout 1,2 title "Lock throughput: acquire()+release() cycles on one key, K candidates contending (10 s per point)"
+set multiplot layout 1,2 title "Lock throughput: acquire()+release() cycles on one key, K candidates contending (10 s per point; idle vCPUs halt at once)"
 set grid
 set logscale x
 set xlabel 'candidates K (log scale)'
