@@ -192,6 +192,7 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     void defer_monitor(std::shared_ptr<scope_state> const& s);
     void start_due_monitors();
     void arm_monitor_timer();
+    void stop_deferred_monitors();
 };
 
 enum class scope_status { held, released, lost };

@@ -89,6 +89,14 @@ void session_impl::defer_monitor(std::shared_ptr<scope_state> const& s) {
     arm_monitor_timer();
 }
 
+// A closed or lost session starts no more monitors, and its timer must not
+// keep the io_context running until the last delay would have ended.
+void session_impl::stop_deferred_monitors() {
+    deferred_monitors.clear();
+    monitor_timer.cancel();
+    monitor_timer_armed = false;
+}
+
 void session_impl::start_due_monitors() {
     // Ended terms leave the queue whatever their due time, so the timer is
     // armed only for a scope still held: under a stream of short terms it
@@ -114,7 +122,7 @@ void session_impl::arm_monitor_timer() {
     monitor_timer.expires_at(due);
     monitor_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
         auto self = w.lock();
-        if (!self || ec == asio::error::operation_aborted) return;  // gone, or re-armed
+        if (!self || ec == asio::error::operation_aborted) return;  // gone, re-armed or stopped
         self->monitor_timer_armed = false;
         self->start_due_monitors();
     });
@@ -126,6 +134,7 @@ void session_impl::mark_lost(boost::system::error_code why) {
     lost_reason = why;
     lost_event.set();
     wake.cancel();
+    stop_deferred_monitors();
     // Every scope of this session loses with it.
     auto held = std::move(scopes);
     for (auto& w : held)
@@ -205,6 +214,7 @@ asio::awaitable<void> session_impl::close() {
     if (closing) co_return;
     closing = true;
     wake.cancel();
+    stop_deferred_monitors();
     // Release every held key first: a clean handover with no lock-delay.
     auto held = scopes;
     for (auto& w : held) {

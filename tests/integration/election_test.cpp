@@ -764,6 +764,26 @@ BOOST_AUTO_TEST_CASE(monitor_delay_spares_short_terms_their_query_and_misses_no_
     });
 }
 
+// A session closed (or lost) while a term waits out its monitor_delay must not
+// keep the io_context busy until the delay would have ended.
+BOOST_AUTO_TEST_CASE(a_closed_session_leaves_no_deferred_monitor_behind) {
+    auto client = make_client();
+    std::optional<tenure::session> kept;  // outlives the coroutine, as a member of a server would
+    run([&]() -> asio::awaitable<void> {
+        kept = co_await tenure::session::create(*client, opts("a", 5s, 0ms));
+        tenure::election_options late;
+        late.monitor_delay = 1h;
+        tenure::election e(*kept, "itest/closed-late", "a", late);
+        auto s = co_await e.acquire();
+        BOOST_REQUIRE(s.held());
+        co_await kept->close();
+        BOOST_TEST(!s.held());
+    });
+    io.restart();
+    io.run_for(10s);
+    BOOST_TEST(io.stopped(), "work was left on the io_context after the session closed");
+}
+
 // A session that takes and releases a key many times keeps no memory of its
 // ended terms (it used to keep a weak_ptr, and so the scope's allocation, of
 // every term for its whole life).
