@@ -127,17 +127,18 @@ json::object const& as_object(json::value const& v, std::string_view what) {
     return v.as_object();
 }
 
-json::value parse_json(std::string_view body) {
+json::value parse_json(std::string_view body, json::storage_ptr sp = {}) {
     boost::system::error_code ec;
-    json::value v = json::parse(body, ec);
+    json::value v = json::parse(body, ec, std::move(sp));
     if (ec) throw decode_error{ec.message()};
     return v;
 }
 
 // ---- JSON renderings ------------------------------------------------------------
 
-json::object render_kv(kv_entry const& e) {
-    json::object o;
+json::object render_kv(kv_entry const& e, json::storage_ptr sp = {}) {
+    json::object o(std::move(sp));
+    o.reserve(8);
     o["LockIndex"] = e.lock_index;
     o["Key"] = e.key;
     o["Flags"] = e.flags;  // uint64: 16210313421097356768 must survive
@@ -455,7 +456,12 @@ api_outcome handler::kv_get(std::string const& key) {
         res.set("X-Content-Type-Options", "nosniff");
         res.set("Content-Security-Policy", "sandbox");
     } else {
-        res = json_response(json::array{render_kv(*e)});
+        // The JSON lives only until it is serialized: no heap for it.
+        unsigned char scratch[2048];
+        json::monotonic_resource mr(scratch, sizeof scratch);
+        json::array a(&mr);
+        a.emplace_back(render_kv(*e, &mr));
+        res = json_response(a);
     }
     return block_or_answer(bp, index, e == nullptr, {{watch_target::kind::key, key}}, std::move(res));
 }
@@ -527,9 +533,13 @@ api_outcome handler::txn() {
         return done(text(http::status::payload_too_large,
                          "Request body too large, max size: " + std::to_string(max_value) + " bytes"));
 
+    // The request's JSON and the answer's live only in this call: no heap
+    // for them unless they outgrow the scratch.
+    unsigned char scratch[8192];
+    json::monotonic_resource mr(scratch, sizeof scratch);
     std::vector<txn_kv_op> ops;
     try {
-        json::value v = parse_json(req_.body());
+        json::value v = parse_json(req_.body(), &mr);
         if (!v.is_array()) throw decode_error{"json: cannot unmarshal " + json_kind(v) + " into Go value of type api.TxnOps"};
         auto const& arr = v.as_array();
         if (arr.size() > max_txn_ops)
@@ -569,16 +579,25 @@ api_outcome handler::txn() {
                  op.verb.starts_with("check-"));
     });
     txn_outcome out = sm_.txn(ops, now_);
-    json::object body;
+    json::object body(&mr);
     http::status st = http::status::ok;
     if (out.errors.empty()) {
-        json::array results;
-        for (auto const& e : out.results) results.emplace_back(json::object{{"KV", render_kv(e)}});
+        json::array results(&mr);
+        for (auto const& e : out.results) {
+            json::object kv(&mr);
+            kv["KV"] = render_kv(e, &mr);
+            results.emplace_back(std::move(kv));
+        }
         body["Results"] = std::move(results);
         body["Errors"] = nullptr;
     } else {
-        json::array errors;
-        for (auto const& e : out.errors) errors.emplace_back(json::object{{"OpIndex", e.op_index}, {"What", e.what}});
+        json::array errors(&mr);
+        for (auto const& e : out.errors) {
+            json::object err(&mr);
+            err["OpIndex"] = e.op_index;
+            err["What"] = e.what;
+            errors.emplace_back(std::move(err));
+        }
         body["Results"] = nullptr;
         body["Errors"] = std::move(errors);
         st = http::status::conflict;

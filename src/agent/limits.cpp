@@ -89,7 +89,9 @@ std::optional<response> check_limits(api_limits const& limits, state_machine con
     if (p == "/v1/txn") {
         // The keys this transaction would create: refuse it whole if they do not fit.
         boost::system::error_code ec;
-        json::value v = json::parse(req.body(), ec);
+        unsigned char scratch[8192];  // the parse lives only in this call: no heap for it
+        json::monotonic_resource mr(scratch, sizeof scratch);
+        json::value v = json::parse(req.body(), ec, &mr);
         if (ec || !v.is_array()) return std::nullopt;  // the API answers 400
         std::set<std::string, std::less<>> fresh;
         for (auto const& item : v.as_array()) {

@@ -153,9 +153,9 @@ std::vector<std::string> get_string_array(json::object const& o, std::string_vie
     return out;
 }
 
-json::value parse_json(std::string_view body) {
+json::value parse_json(std::string_view body, json::storage_ptr sp = {}) {
     boost::system::error_code ec;
-    json::value v = json::parse(body, ec);
+    json::value v = json::parse(body, ec, std::move(sp));
     if (ec) throw decode_failure{"invalid JSON: " + ec.message()};
     return v;
 }
@@ -256,17 +256,23 @@ std::string encode_session_request(session_request const& r) {
 }
 
 std::string encode_txn(std::vector<txn_op> const& ops) {
-    json::array a;
+    // The JSON lives only until it is serialized: no heap for it.
+    unsigned char scratch[4096];
+    json::monotonic_resource mr(scratch, sizeof scratch);
+    json::array a(&mr);
     a.reserve(ops.size());
     for (auto const& op : ops) {
-        json::object kv;
+        json::object kv(&mr);
+        kv.reserve(6);
         kv["Verb"] = op.verb;
         kv["Key"] = op.key;
         if (op.value) kv["Value"] = tenure::detail::base64_encode(*op.value);
         kv["Flags"] = op.flags;
         kv["Index"] = op.index;
         kv["Session"] = op.session;
-        a.emplace_back(json::object{{"KV", std::move(kv)}});
+        json::object item(&mr);
+        item["KV"] = std::move(kv);
+        a.emplace_back(std::move(item));
     }
     return json::serialize(a);
 }
@@ -599,7 +605,9 @@ asio::awaitable<read_result<std::optional<kv_pair>>> client::kv_get(std::string 
     expect_ok(r);
     co_return decode(r, http::verb::get, target, [&] {
         read_result<std::optional<kv_pair>> out{std::nullopt, decode_meta(r.headers)};
-        auto list = decode_kv_list(parse_json(r.body));
+        unsigned char scratch[2048];  // the parse lives only in this call: no heap for it
+        json::monotonic_resource mr(scratch, sizeof scratch);
+        auto list = decode_kv_list(parse_json(r.body, &mr));
         if (!list.empty()) out.value = std::move(list.front());
         return out;
     });
@@ -707,7 +715,9 @@ asio::awaitable<txn_result> client::txn(std::vector<txn_op> ops) {
     co_return decode(r, http::verb::put, target, [&] {
         txn_result out;
         out.committed = r.status != 409;
-        auto const v = parse_json(r.body);
+        unsigned char scratch[4096];  // the parse lives only in this call: no heap for it
+        json::monotonic_resource mr(scratch, sizeof scratch);
+        auto const v = parse_json(r.body, &mr);
         auto const& o = as_object(v, "txn answer");
         if (out.committed) {
             if (auto const* res = o.if_contains("Results"); res && !res->is_null()) {
