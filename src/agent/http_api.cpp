@@ -281,8 +281,8 @@ namespace {
 class handler {
 public:
     handler(state_machine& sm, request const& req, time_point now, blocking_state& bs,
-            agent_metrics const* metrics = nullptr)
-        : sm_(sm), req_(req), now_(now), bs_(bs), metrics_(metrics) {}
+            agent_metrics const* metrics = nullptr, api_limits const* limits = nullptr)
+        : sm_(sm), req_(req), now_(now), bs_(bs), metrics_(metrics), limits_(limits) {}
 
     api_outcome run();
 
@@ -379,6 +379,7 @@ private:
     time_point now_;
     blocking_state& bs_;
     agent_metrics const* metrics_;
+    api_limits const* limits_;  // null: no limits (tests of the API alone)
     query q_;
 };
 
@@ -573,6 +574,9 @@ api_outcome handler::txn() {
     } catch (decode_error const& e) {
         return done(text(http::status::bad_request, "Failed to parse body: " + e.message));
     }
+    // The key limit needs the decoded operations: checked here, before anything changes.
+    if (limits_)
+        if (auto refused = check_txn_limits(*limits_, sm_, ops)) return done(std::move(*refused));
 
     bool writes = std::any_of(ops.begin(), ops.end(), [](auto const& op) {
         return !(op.verb == "get" || op.verb == "get-tree" || op.verb == "get-or-empty" ||
@@ -942,7 +946,7 @@ api_outcome http_api::handle(request const& req, time_point now, blocking_state&
         if (acl_)
             if (auto refused = acl_->authorize(req, sm_, filter)) return {std::move(*refused), std::nullopt};
         if (auto refused = check_limits(limits_, sm_, req)) return {std::move(*refused), std::nullopt};
-        api_outcome out = handler(sm_, req, now, bs, metrics_).run();
+        api_outcome out = handler(sm_, req, now, bs, metrics_, &limits_).run();
         if (out.res) acl_store::apply(filter, *out.res);
         return out;
     } catch (std::exception const& e) {

@@ -54,6 +54,20 @@ response kv_full(std::size_t count, std::size_t limit, std::string_view key) {
 
 }  // namespace
 
+std::optional<response> check_txn_limits(api_limits const& limits, state_machine const& sm,
+                                         std::vector<txn_kv_op> const& ops) {
+    if (limits.max_kv_keys == 0) return std::nullopt;
+    // The keys this transaction would create: refuse it whole if they do not fit.
+    std::set<std::string_view> fresh;
+    for (auto const& op : ops) {
+        if (op.verb != "set" && op.verb != "cas" && op.verb != "lock") continue;
+        if (!sm.kv_get(op.key)) fresh.insert(op.key);
+    }
+    if (!fresh.empty() && sm.kv_count() + fresh.size() > limits.max_kv_keys)
+        return kv_full(sm.kv_count(), limits.max_kv_keys, *fresh.begin());
+    return std::nullopt;
+}
+
 std::optional<response> check_limits(api_limits const& limits, state_machine const& sm,
                                      http::request<http::string_body> const& req) {
     if (req.method() != http::verb::put) return std::nullopt;
@@ -85,28 +99,6 @@ std::optional<response> check_limits(api_limits const& limits, state_machine con
         if (sm.kv_count() < limits.max_kv_keys) return std::nullopt;
         if (parsed->params().contains("release") || key.empty() || sm.kv_get(key)) return std::nullopt;
         return kv_full(sm.kv_count(), limits.max_kv_keys, key);
-    }
-    if (p == "/v1/txn") {
-        // The keys this transaction would create: refuse it whole if they do not fit.
-        boost::system::error_code ec;
-        unsigned char scratch[8192];  // the parse lives only in this call: no heap for it
-        json::monotonic_resource mr(scratch, sizeof scratch);
-        json::value v = json::parse(req.body(), ec, &mr);
-        if (ec || !v.is_array()) return std::nullopt;  // the API answers 400
-        std::set<std::string, std::less<>> fresh;
-        for (auto const& item : v.as_array()) {
-            if (!item.is_object()) continue;
-            auto const* kv = member(item.as_object(), "KV");
-            if (!kv || !kv->is_object()) continue;
-            auto const* verb = member(kv->as_object(), "Verb");
-            auto const* key = member(kv->as_object(), "Key");
-            if (!verb || !verb->is_string() || !key || !key->is_string()) continue;
-            std::string_view const vb = verb->as_string();
-            if (vb != "set" && vb != "cas" && vb != "lock") continue;
-            if (!sm.kv_get(key->as_string())) fresh.emplace(key->as_string());
-        }
-        if (!fresh.empty() && sm.kv_count() + fresh.size() > limits.max_kv_keys)
-            return kv_full(sm.kv_count(), limits.max_kv_keys, *fresh.begin());
     }
     return std::nullopt;
 }

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tenure::detail::agent {
 
@@ -29,6 +30,11 @@ struct api_limits {
 std::optional<boost::beast::http::response<boost::beast::http::string_body>> check_limits(
     api_limits const& limits, state_machine const& sm,
     boost::beast::http::request<boost::beast::http::string_body> const& req);
+
+// The same refusal for a /v1/txn whose operations (already decoded by the
+// API) would create more keys than fit; checked before it runs.
+std::optional<boost::beast::http::response<boost::beast::http::string_body>> check_txn_limits(
+    api_limits const& limits, state_machine const& sm, std::vector<txn_kv_op> const& ops);
 
 // 429 "rate limit exceeded, try again later" (Consul's text for its own
 // request rate limiter), with Retry-After.
