@@ -712,15 +712,18 @@ BOOST_AUTO_TEST_CASE(monitor_delay_spares_short_terms_their_query_and_misses_no_
     };
     auto kv_gets = [&] { return metric("tenure_http_requests_total{method=\"GET\",endpoint=\"kv\""); };
     auto parked = [&] { return metric("tenure_blocking_queries "); };
+    auto retaking = [](std::chrono::nanoseconds monitor_delay) {
+        tenure::election_options o;
+        o.quick_retake = true;
+        o.monitor_delay = monitor_delay;
+        return o;
+    };
     run([&]() -> asio::awaitable<void> {
         auto a = co_await tenure::session::create(*client, opts("a", 5s, 0ms));
 
         // Long delay, short terms: the first acquire reads the key, the
         // retakes and the terms themselves send no GET at all.
-        tenure::election_options late;
-        late.quick_retake = true;
-        late.monitor_delay = 1h;
-        tenure::election el(a, "itest/monitor-delay", "a", late);
+        tenure::election el(a, "itest/monitor-delay", "a", retaking(1h));
         double const before_late = kv_gets();
         for (int i = 0; i < 20; ++i) {
             auto s = co_await el.acquire();
@@ -731,10 +734,7 @@ BOOST_AUTO_TEST_CASE(monitor_delay_spares_short_terms_their_query_and_misses_no_
         BOOST_TEST(parked() == 0.0);
 
         // No delay: every term parks its monitor's query on the key.
-        tenure::election_options now;
-        now.quick_retake = true;
-        now.monitor_delay = 0s;
-        tenure::election en(a, "itest/monitor-delay", "a", now);
+        tenure::election en(a, "itest/monitor-delay", "a", retaking(0s));
         double const before_now = kv_gets();
         for (int i = 0; i < 5; ++i) {
             auto s = co_await en.acquire();
