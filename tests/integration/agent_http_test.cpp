@@ -1480,6 +1480,41 @@ BOOST_AUTO_TEST_CASE(sigint_exits_zero) {
     BOOST_TEST((WIFEXITED(*st) ? WEXITSTATUS(*st) : -1) == 0);
 }
 
+BOOST_AUTO_TEST_CASE(busy_poll_serves_wakes_and_exits_zero) {
+    // -busy-poll keeps the agent polling between requests: it must still
+    // answer, wake a parked query when its key changes, and stop on SIGTERM
+    // whether it is spinning or asleep.
+    tenure::itest::agent_options opts;
+    opts.extra_args = {"-busy-poll=200us"};
+    agent_process agent(opts);
+    http_client http("127.0.0.1", agent.port());
+    REQUIRE_STATUS(http.put("/v1/kv/bp", "1"), 200u);
+    std::uint64_t const idx = kv_index(http, "bp");
+    background_request parked(agent.port(), "GET", "/v1/kv/bp?index=" + std::to_string(idx) + "&wait=10m", {}, 20s);
+    parked.wait_written();
+    REQUIRE_STATUS(http.put("/v1/kv/bp", "2"), 200u);
+    auto const woken = parked.get();
+    REQUIRE_STATUS(woken, 200u);
+    BOOST_TEST(woken.body.find("\"Value\":\"Mg==\"") != std::string::npos, woken.body);  // "2"
+    auto st = agent.stop(SIGTERM, 5000ms);
+    BOOST_REQUIRE_MESSAGE(st, "the agent did not exit within 5 s of SIGTERM");
+    BOOST_TEST((WIFEXITED(*st) ? WEXITSTATUS(*st) : -1) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_busy_poll_is_refused_at_start) {
+    for (std::string const bad : {"-busy-poll=2s", "-busy-poll=-1ms", "-busy-poll=50"}) {
+        tenure::itest::agent_options opts;
+        opts.extra_args = {bad};
+        try {
+            agent_process agent(opts);
+            BOOST_ERROR(bad << " was accepted");
+        } catch (std::runtime_error const& e) {
+            std::string const what = e.what();
+            BOOST_TEST(what.find("invalid value for -busy-poll") != std::string::npos, what);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(sigterm_with_parked_blocking_queries_exits_zero) {
     agent_process agent;
     std::uint64_t idx = 0;

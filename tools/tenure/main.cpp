@@ -12,6 +12,7 @@
 #include "cli.hpp"
 
 #include <tenure/agent.hpp>
+#include <tenure/busy_poll.hpp>
 #include <tenure/detail/duration.hpp>
 #include <tenure/detail/log.hpp>
 
@@ -193,6 +194,11 @@ void agent_help(std::ostream& os) {
           "  -session-ttl-min=<duration>\n"
           "     Shortest session TTL accepted, as a Go duration (10s, 100ms).\n"
           "     Default: 10s\n\n"
+          "  -busy-poll=<duration>\n"
+          "     After each burst of work, keep polling the sockets this long (at\n"
+          "     most 1s, e.g. 50us) before sleeping in the kernel. Cuts the wake-up\n"
+          "     cost of every request on VMs whose idle vCPUs halt at once, at the\n"
+          "     price of a busy core while requests keep coming. Default: 0 (off)\n\n"
           "  -max-connections=<n>\n"
           "     Open HTTP connections beyond this are closed at once. Default: 16384\n\n"
           "  -data-dir=<path>\n"
@@ -218,6 +224,7 @@ int run_agent(std::vector<std::string> args) {
         ("node", po::value<std::string>(), "")                                //
         ("datacenter", po::value<std::string>()->default_value("dc1"), "")   //
         ("session-ttl-min", po::value<std::string>()->default_value("10s"), "")  //
+        ("busy-poll", po::value<std::string>()->default_value("0"), "")          //
         ("max-connections", po::value<std::string>()->default_value("16384"), "")  //
         ("data-dir", po::value<std::string>(), "")                            //
         ("log-json", po::bool_switch(), "")                                   //
@@ -252,6 +259,15 @@ int run_agent(std::vector<std::string> args) {
         if (d.value->count() < 0)
             throw usage_error("invalid value for -session-ttl-min: \"" + text + "\" must not be negative");
         opts.session_ttl_min = *d.value;
+    }
+    std::chrono::nanoseconds busy_poll{0};
+    {
+        auto const& text = vm["busy-poll"].as<std::string>();
+        auto const d = tenure::detail::parse_go_duration(text);
+        if (!d.value) throw usage_error("invalid value for -busy-poll: " + d.error);
+        if (d.value->count() < 0 || *d.value > std::chrono::seconds{1})
+            throw usage_error("invalid value for -busy-poll: \"" + text + "\" (want 0 to 1s, e.g. 50us)");
+        busy_poll = *d.value;
     }
     {
         auto const& text = vm["max-connections"].as<std::string>();
@@ -306,7 +322,7 @@ int run_agent(std::vector<std::string> args) {
     if (auto const https = agent->https_address(); !https.empty())
         std::cout << "tenure agent listening on " << https << std::endl;
 
-    ioc.run();
+    tenure::run_with_busy_poll(ioc, busy_poll);
     log.info("agent", "shutdown complete");
     return 0;
 }
