@@ -73,6 +73,25 @@ inline std::string loadavg() {
     return a + " " + b + " " + c;
 }
 
+// User + system CPU seconds of a process.
+inline double cpu_seconds(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(s.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; in >> field; ++i) {
+        if (i == 14) utime = std::stod(field);
+        if (i == 15) {
+            stime = std::stod(field);
+            break;
+        }
+    }
+    return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 inline std::string machine() {
     long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
     long mem_mib = static_cast<long>(::sysconf(_SC_PHYS_PAGES) / 1024 * ::sysconf(_SC_PAGE_SIZE) / 1024);
@@ -101,13 +120,16 @@ public:
     // stderr is inherited.
     // `http_addr`: where the agent child listens; "unix:///path" for a Unix
     // domain socket (HTTP over it), else a loopback TCP port.
+    // `agent_flags`: more flags for the agent child (e.g. -busy-poll=50us).
     static std::unique_ptr<backend> start_http(asio::io_context& io, std::string const& ttl_min,
                                                std::string const& log_level = "warn",
-                                               std::string const& http_addr = "127.0.0.1:0") {
+                                               std::string const& http_addr = "127.0.0.1:0",
+                                               std::vector<std::string> const& agent_flags = {}) {
         auto b = std::unique_ptr<backend>(new backend(io, "http"));
         b->out_.emplace(io);
         std::vector<std::string> args{"agent", "-http-addr", http_addr, "-log-level", log_level,
                                       "-session-ttl-min", ttl_min};
+        args.insert(args.end(), agent_flags.begin(), agent_flags.end());
         if (log_level == "warn") {
             b->proc_.emplace(io, TENURE_BINARY, args, bp::process_stdio{{}, *b->out_, {}}, die_with_parent{});
         } else {
@@ -162,6 +184,8 @@ public:
     // The agent's HTTP address (also served by the in-process agent).
     std::string const& url() const { return url_; }
     tenure::agent* agent() { return agent_ ? &*agent_ : nullptr; }
+    // The process the agent runs in: the child, or the bench itself (inproc).
+    pid_t agent_pid() const { return proc_ ? static_cast<pid_t>(proc_->id()) : ::getpid(); }
     asio::any_io_executor executor() const { return io_.get_executor(); }
 
     std::unique_ptr<tenure::consul::client> make_client() {

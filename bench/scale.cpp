@@ -18,8 +18,8 @@
 #include <tenure/election.hpp>
 
 #include "../src/consul/watch_hub.hpp"  // to see when every follower is parked
+#include "common.hpp"                       // child processes, CPU time
 
-#define BOOST_PROCESS_V2_HEADER_ONLY 1
 #include <boost/asio.hpp>
 #include <boost/process/v2.hpp>
 
@@ -50,14 +50,8 @@ using namespace std::chrono_literals;
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// The agent child dies with the bench.
-struct die_with_parent {
-    template <class Launcher>
-    bp::error_code on_exec_setup(Launcher&, bp::filesystem::path const&, char const* const*&) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        return {};
-    }
-};
+using bench::cpu_seconds;
+using bench::die_with_parent;  // the agent child dies with the bench
 
 long rss_kib(pid_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -65,25 +59,6 @@ long rss_kib(pid_t pid) {
     while (std::getline(f, line))
         if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
     return -1;
-}
-
-// User + system CPU seconds of a process.
-double cpu_seconds(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    auto close = s.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream in(s.substr(close + 2));
-    std::string field;
-    double utime = 0, stime = 0;
-    for (int i = 3; in >> field; ++i) {
-        if (i == 14) utime = std::stod(field);
-        if (i == 15) {
-            stime = std::stod(field);
-            break;
-        }
-    }
-    return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // ESTABLISHED TCP connections whose local port is `port` (the agent's side).

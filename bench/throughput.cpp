@@ -4,7 +4,7 @@
 //
 //   throughput [--quick | --full] [--backend http,http-retake,unix,unix-retake,inproc,inproc-retake]
 //              [--candidates 1,2,10,100] [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR]
-//              [--tag NAME]
+//              [--tag NAME] [--busy-poll DURATION]
 //
 // --cpus 0 runs the bench and the agent child on one core (sched_setaffinity,
 // inherited by the child). On a VM that takes the cross-vCPU wake-up out of
@@ -12,6 +12,14 @@
 // the hypervisor charges to wake an idle vCPU. The header prints how idle
 // vCPUs wait (guest halt polling, see halt_poll_text); --tag names the plot
 // of a run made under other settings (throughput-TAG.png).
+//
+// --busy-poll 50us runs the agent child with -busy-poll=50us and the bench's
+// own io_context with tenure::run_with_busy_poll (50 us): both keep polling
+// that long after their last event before sleeping, so a round trip between
+// vCPUs that halt when idle no longer pays for waking them (the plot is
+// throughput-busy-poll.png). The cpu% columns show what that costs: CPU time
+// of the bench and of the agent child per second of the run (100 = one core;
+// inproc has no child).
 //
 // Each candidate has its own client and session (LockDelay 0, TTL 10 s) and
 // loops: election.acquire(), then scope.release(). "unix" is the agent child
@@ -25,6 +33,8 @@
 // candidate). --quick: 2 s per configuration (the default); --full: 10 s.
 #include "common.hpp"
 
+#include <tenure/busy_poll.hpp>
+#include <tenure/detail/duration.hpp>
 #include <tenure/election.hpp>
 
 #include <boost/asio/local/stream_protocol.hpp>
@@ -56,6 +66,8 @@ struct config {
     std::string cpus;  // empty: as the kernel schedules
     std::string csv, plot_dir;
     std::string tag;  // names the plot of a run under other settings
+    std::string busy_poll;  // Go duration; empty: both processes sleep when idle
+    std::chrono::nanoseconds busy_poll_ns{0};
 };
 
 struct result {
@@ -66,6 +78,7 @@ struct result {
     std::vector<int> per_candidate;
     int switches = 0;  // cycles whose holder differs from the previous cycle's
     int last_holder = -1;
+    double bench_cpu_pct = 0, agent_cpu_pct = -1;  // -1: no agent child
     std::string load;
 };
 
@@ -147,6 +160,8 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
     co_await sleep_for(std::chrono::milliseconds(200));  // warm-up: connections, first wake-ups
     measuring = true;
     auto const start = steady::now();
+    pid_t const self = ::getpid(), agent = be.agent_pid();
+    double const bench_cpu0 = cpu_seconds(self), agent_cpu0 = agent != self ? cpu_seconds(agent) : 0;
     auto const total = std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
     while (steady::now() - start < total) {
         co_await sleep_for(std::min<steady::duration>(total - (steady::now() - start), 500ms));
@@ -155,6 +170,8 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
     }
     stopping = true;
     r.elapsed_s = std::chrono::duration<double>(steady::now() - start).count();
+    r.bench_cpu_pct = 100 * (cpu_seconds(self) - bench_cpu0) / r.elapsed_s;
+    if (agent != self) r.agent_cpu_pct = 100 * (cpu_seconds(agent) - agent_cpu0) / r.elapsed_s;
     std::fprintf(stderr, "\n");
     for (auto& w : ws) w->stop.emit(asio::cancellation_type::terminal);
     while (finished < k) {
@@ -256,9 +273,9 @@ void print_floor(std::string const& url) {
 }
 
 void print_header() {
-    std::printf("%-13s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %s\n", "backend", "K", "cycles",
-                "cycles/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "acq p50", "acq p99", "min/c", "max/c", "switch%",
-                "load");
+    std::printf("%-13s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %5s %5s | %s\n", "backend", "K",
+                "cycles", "cycles/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "acq p50", "acq p99", "min/c", "max/c",
+                "switch%", "cpu%", "agent", "load");
 }
 
 void print_row(result const& r) {
@@ -267,10 +284,12 @@ void print_row(result const& r) {
     int mn = r.per_candidate.empty() ? 0 : *std::min_element(r.per_candidate.begin(), r.per_candidate.end());
     int mx = r.per_candidate.empty() ? 0 : *std::max_element(r.per_candidate.begin(), r.per_candidate.end());
     double sw = n > 1 ? 100.0 * r.switches / static_cast<double>(n - 1) : 0.0;
-    std::printf("%-13s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %s\n",
+    char agent_cpu[16] = "-";
+    if (r.agent_cpu_pct >= 0) std::snprintf(agent_cpu, sizeof agent_cpu, "%.0f", r.agent_cpu_pct);
+    std::printf("%-13s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %5.0f %5s | %s\n",
                 r.backend.c_str(), r.candidates, n, rate, pct(r.cycle_ms, 50), pct(r.cycle_ms, 90),
                 pct(r.cycle_ms, 99), max_of(r.cycle_ms), pct(r.acquire_ms, 50), pct(r.acquire_ms, 99), mn, mx, sw,
-                r.load.c_str());
+                r.bench_cpu_pct, agent_cpu, r.load.c_str());
     std::fflush(stdout);
 }
 
@@ -301,6 +320,7 @@ void plot(config const& cfg, std::vector<result> const& results) {
         name += "-cpus";
         for (char c : cfg.cpus) name += c == ',' ? '_' : c;
     }
+    if (cfg.busy_poll_ns.count() > 0) name += "-busy-poll";
     if (!cfg.tag.empty()) name += "-" + cfg.tag;
     fs::path dat = dir / "gnuplot" / (name + ".dat");
     fs::path gp = dir / "gnuplot" / (name + ".gp");
@@ -323,7 +343,8 @@ void plot(config const& cfg, std::vector<result> const& results) {
     g << "set multiplot layout 1,2 title \"Lock throughput: acquire()+release() cycles on one key, K candidates "
          "contending (" << cfg.seconds << " s per point"
       << (cfg.cpus.empty() ? std::string() : "; bench and agent pinned to CPU " + cfg.cpus)
-      << (cfg.tag.empty() ? std::string() : "; " + cfg.tag) << "; " << halt_poll_text(true) << ")\"\n";
+      << (cfg.tag.empty() ? std::string() : "; " + cfg.tag) << "; " << halt_poll_text(true)
+      << (cfg.busy_poll_ns.count() > 0 ? "; bench and agent busy-poll " + cfg.busy_poll : std::string()) << ")\"\n";
     g << "set grid\nset logscale x\nset xlabel 'candidates K (log scale)'\nset key top right\n";
     g << "set ylabel 'cycles per second (all candidates together, log scale)'\nset logscale y\n";
     g << "set title 'throughput'\n";
@@ -366,7 +387,8 @@ int usage() {
     std::cerr << "usage: throughput [--quick | --full]\n"
                  "                  [--backend http,http-retake,unix,unix-retake,inproc,inproc-retake]\n"
                  "                  [--candidates 1,2,10,100]\n"
-                 "                  [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR] [--tag NAME]\n";
+                 "                  [--seconds S] [--cpus LIST] [--csv FILE] [--plot DIR] [--tag NAME]\n"
+                 "                  [--busy-poll DURATION]\n";
     return 2;
 }
 
@@ -396,7 +418,14 @@ int main(int argc, char** argv) {
             else if (args[i] == "--csv") cfg.csv = value();
             else if (args[i] == "--plot") cfg.plot_dir = value();
             else if (args[i] == "--tag") cfg.tag = value();
+            else if (args[i] == "--busy-poll") cfg.busy_poll = value();
             else return usage();
+        }
+        if (!cfg.busy_poll.empty()) {
+            auto const d = tenure::detail::parse_go_duration(cfg.busy_poll);
+            if (!d.value || d.value->count() < 0 || *d.value > 1s)
+                throw std::runtime_error("--busy-poll takes a duration from 0 to 1s (e.g. 50us), got " + cfg.busy_poll);
+            cfg.busy_poll_ns = *d.value;
         }
         for (auto const& b : cfg.backends)
             if (b != "http" && b != "inproc" && b != "http-retake" && b != "inproc-retake" && b != "unix" &&
@@ -428,16 +457,23 @@ int main(int argc, char** argv) {
                 cfg.seconds);
     std::printf("machine: %s; load average at start: %s\n", machine().c_str(), loadavg().c_str());
     std::printf("%s\n", halt_poll_text(false).c_str());
+    if (cfg.busy_poll_ns.count() > 0)
+        std::printf("busy poll: the bench's io_context and the agent child poll %s after their last event before "
+                    "sleeping\n",
+                    cfg.busy_poll.c_str());
     std::printf("cpus: %s\n", cfg.cpus.empty() ? "as the kernel schedules (bench and agent free to use every core)"
                                                : ("pinned to " + cfg.cpus + " (bench and agent child)").c_str());
     std::printf("a cycle: acquire() called -> release() answered; acq: the acquire() part; min/c, max/c: cycles "
                 "of the least and most served candidate;\nswitch%%: cycles whose holder differs from the previous "
-                "cycle's (0%%: one candidate keeps re-taking the key)\n");
+                "cycle's (0%%: one candidate keeps re-taking the key); cpu%%, agent: CPU time of the bench and of the "
+                "agent child\nper second of the row (100 = one core busy)\n");
     print_header();
 
     if (std::any_of(cfg.backends.begin(), cfg.backends.end(), [](std::string const& b) { return !b.starts_with("inproc"); }))
         print_socket_floor();
     asio::io_context io{1};  // one thread runs it, as in a single-threaded server
+    std::vector<std::string> agent_flags;
+    if (cfg.busy_poll_ns.count() > 0) agent_flags.push_back("-busy-poll=" + cfg.busy_poll);
     std::vector<result> results;
     std::set<std::string> floors_printed;
     int rc = 0;
@@ -447,8 +483,8 @@ int main(int argc, char** argv) {
             for (auto const& bname : cfg.backends) {
                 std::string const socket_path = "/tmp/tenure-throughput-" + std::to_string(::getpid()) + ".sock";
                 std::unique_ptr<backend> be =
-                    bname.starts_with("http")   ? backend::start_http(io, "1s")
-                    : bname.starts_with("unix") ? backend::start_http(io, "1s", "warn", "unix://" + socket_path)
+                    bname.starts_with("http")   ? backend::start_http(io, "1s", "warn", "127.0.0.1:0", agent_flags)
+                    : bname.starts_with("unix") ? backend::start_http(io, "1s", "warn", "unix://" + socket_path, agent_flags)
                                                 : backend::start_inproc(io, 1s);
                 // One floor per transport, before its first row.
                 std::string const transport = bname.substr(0, bname.find('-'));
@@ -475,7 +511,7 @@ int main(int argc, char** argv) {
                 rc = 1;
             }
         });
-    io.run();
+    tenure::run_with_busy_poll(io, cfg.busy_poll_ns);  // io.run() without --busy-poll
     std::printf("load average at the end: %s\n", loadavg().c_str());
     if (!cfg.csv.empty()) {
         std::ofstream f(cfg.csv);
