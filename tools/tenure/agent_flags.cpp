@@ -72,8 +72,8 @@ void add_agent_security_flags(po::options_description& desc) {
         ("max-kv-keys", po::value<std::string>()->default_value("1000000"), "")     //
         ("kv-max-value-size", po::value<std::string>()->default_value("524288"), "")  //
         ("max-blocking-queries", po::value<std::string>()->default_value("16384"), "")  //
-        ("http-rate-per-conn", po::value<std::string>()->default_value("50000"), "")  //
-        ("http-burst-per-conn", po::value<std::string>()->default_value("50000"), "")  //
+        ("http-rate-per-conn", po::value<std::string>()->default_value("200000"), "")  //
+        ("http-burst-per-conn", po::value<std::string>()->default_value("200000"), "")  //
         ("max-header-bytes", po::value<std::string>()->default_value("65536"), "")  //
         ("https-addr", po::value<std::string>(), "")                                //
         ("cert-file", po::value<std::string>(), "")                                 //
@@ -156,8 +156,8 @@ void agent_security_help(std::ostream& os) {
           "  -max-blocking-queries=<n>    Blocking queries parked at once (429 beyond).\n"
           "                               Default: 16384\n"
           "  -http-rate-per-conn=<r>      Requests per second per connection (429\n"
-          "                               beyond). Default: 50000\n"
-          "  -http-burst-per-conn=<n>     Burst of that token bucket. Default: 50000\n"
+          "                               beyond). Default: 200000\n"
+          "  -http-burst-per-conn=<n>     Burst of that token bucket. Default: 200000\n"
           "  -max-header-bytes=<bytes>    Largest request header (431 beyond).\n"
           "                               Default: 65536\n";
 }
