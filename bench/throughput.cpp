@@ -79,6 +79,7 @@ struct result {
     int switches = 0;  // cycles whose holder differs from the previous cycle's
     int last_holder = -1;
     double bench_cpu_pct = 0, agent_cpu_pct = -1;  // -1: no agent child
+    std::string failure;  // a candidate that stopped on an error (its cycles end there)
     std::string load;
 };
 
@@ -178,7 +179,7 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
         done.expires_after(5s);
         co_await done.async_wait(tuple_awaitable);
     }
-    if (!failure.empty()) std::fprintf(stderr, "  a candidate failed: %s\n", failure.c_str());
+    r.failure = failure;
     for (auto& w : ws) {
         r.per_candidate.push_back(w->cycles);
         co_await w->s.close(tuple_awaitable);
@@ -290,6 +291,7 @@ void print_row(result const& r) {
                 r.backend.c_str(), r.candidates, n, rate, pct(r.cycle_ms, 50), pct(r.cycle_ms, 90),
                 pct(r.cycle_ms, 99), max_of(r.cycle_ms), pct(r.acquire_ms, 50), pct(r.acquire_ms, 99), mn, mx, sw,
                 r.bench_cpu_pct, agent_cpu, r.load.c_str());
+    if (!r.failure.empty()) std::printf("  ^ a candidate stopped on an error, so this row is short: %s\n", r.failure.c_str());
     std::fflush(stdout);
 }
 
