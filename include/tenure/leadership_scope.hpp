@@ -102,13 +102,17 @@ public:
 
     /// Releases the key (`?release=` on Consul, a delete on etcd): no lock-delay
     /// for the next holder. Does nothing for an empty or already released scope.
+    /// On Consul a release answered 429 or 503 (a rate limit: come back later)
+    /// is sent again, after 50 ms doubling up to 1 s, until the session's local
+    /// deadline: given up, the key would stay held until the session ended.
     ///
     /// @async_completion{void(boost::system::error_code)}
     /// @async_cancellation
     /// Terminal: completes with `operation_aborted`; the key may stay held until
     /// the session ends.
     /// @async_errors
-    /// Transport and HTTP errors of the release.
+    /// Transport and HTTP errors of the release (a 429 or 503 only once the
+    /// session's local deadline is near).
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the session's client must
     /// outlive it.

@@ -98,11 +98,33 @@ consul::read_options consistent_read(std::uint64_t index, std::chrono::nanosecon
     return ro;
 }
 
+// A release the server asks us to bring back later (429: a rate limit, 503)
+// is sent again: giving up would leave the key held until the session ends,
+// and the session's lock-delay would then hold back the next leader as well.
+// Pauses from 50 ms, doubling up to 1 s, until the session's local deadline
+// (past it the server may free the key itself); other errors end at once.
+// Sending it twice is harmless: a release by a session that no longer holds
+// the key changes nothing.
+asio::awaitable<void> consul_lock_scope::send_release() {
+    auto self = shared_from_this();
+    clock::duration pause = 50ms;
+    for (;;) {
+        try {
+            co_await send_release_once();
+            co_return;
+        } catch (consul::api_error const& e) {
+            bool const later = e.http_status() == 429 || e.http_status() == 503;
+            if (!later || session->lost_event.is_set() || clock::now() + pause >= session->fsm.local_deadline()) throw;
+        }
+        co_await sleep_until(clock::now() + pause);
+        pause = std::min<clock::duration>(2 * pause, 1s);
+    }
+}
+
 // PUT ?release=, or for quick_retake a one-op `unlock` transaction (the same
 // rule): its answer carries the key's new ModifyIndex, which lets this
 // session's next acquire of the key skip its first read.
-asio::awaitable<void> consul_lock_scope::send_release() {
-    auto self = shared_from_this();
+asio::awaitable<void> consul_lock_scope::send_release_once() {
     if (!quick_retake) {
         co_await client.kv_release(key, session->id, value, consul::lock_flag_value);
         co_return;

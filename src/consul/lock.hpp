@@ -34,6 +34,9 @@ struct consul_lock_scope final : scope_state {
     asio::awaitable<void> monitor() override;
     asio::awaitable<void> send_release() override;
     asio::awaitable<boost::system::error_code> check_held() override;
+
+private:
+    asio::awaitable<void> send_release_once();
 };
 
 struct consul_session final : session_impl {
