@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "run_on.hpp"
 #include "fault_proxy.hpp"
 #include "http_client.hpp"
 
@@ -41,6 +42,8 @@ namespace {
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+using tenure::itest::run_on;
+
 struct election_fixture {
     tenure::itest::agent_process agent{[] {
         tenure::itest::agent_options o;
@@ -58,19 +61,9 @@ struct election_fixture {
         return std::make_unique<consul::client>(io.get_executor(), c);
     }
 
-    // Runs `body` to completion on the io_context (bounded, so a bug fails the
-    // test instead of hanging it).
+    // Runs `body` to completion (bounded, so a bug fails the test instead of hanging it).
     void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 30s) {
-        bool done = false;
-        std::exception_ptr error;
-        asio::co_spawn(io, body(), [&](std::exception_ptr e) {
-            done = true;
-            error = e;
-            io.stop();
-        });
-        io.run_for(limit);
-        BOOST_REQUIRE_MESSAGE(done, "the test body did not finish in time");
-        if (error) std::rethrow_exception(error);
+        run_on(io, std::move(body), limit);
     }
 };
 
@@ -881,39 +874,29 @@ BOOST_AUTO_TEST_CASE(elections_run_over_a_unix_socket_with_its_mode_and_the_file
     cc.request_timeout = 2000ms;
     consul::client ca(io.get_executor(), cc), cb(io.get_executor(), cc);
     BOOST_TEST(ca.config().address == "unix://" + path);
-    bool done = false;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            auto a = co_await tenure::session::create(ca, opts("a", 2s, 0s));
-            auto b = co_await tenure::session::create(cb, opts("b", 2s, 0s));
-            tenure::election ea(a, "itest/unix", "a"), eb(b, "itest/unix", "b");
-            auto sa = co_await ea.acquire();
-            BOOST_REQUIRE(sa.held());
-            // b blocks on the key (a blocking query over the socket) until a releases.
-            std::optional<tenure::leadership_scope> sb;
-            asio::co_spawn(io, eb.acquire(asio::use_awaitable),
-                           [&](std::exception_ptr e, tenure::leadership_scope s) {
-                               if (!e) sb = std::move(s);
-                           });
-            co_await sleep_for(50ms);
-            BOOST_TEST(!sb.has_value());
-            co_await sa.release();
-            for (int i = 0; i < 400 && !sb; ++i) co_await sleep_for(5ms);
-            BOOST_REQUIRE(sb.has_value());
-            BOOST_TEST(sb->held());
-            BOOST_TEST(sb->token() > sa.token());
-            co_await sb->release();
-            co_await a.close();
-            co_await b.close();
-            done = true;
-        },
-        [&](std::exception_ptr e) {
-            io.stop();
-            if (e) std::rethrow_exception(e);
-        });
-    io.run_for(30s);
-    BOOST_REQUIRE(done);
+    run_on(io, [&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(ca, opts("a", 2s, 0s));
+        auto b = co_await tenure::session::create(cb, opts("b", 2s, 0s));
+        tenure::election ea(a, "itest/unix", "a"), eb(b, "itest/unix", "b");
+        auto sa = co_await ea.acquire();
+        BOOST_REQUIRE(sa.held());
+        // b blocks on the key (a blocking query over the socket) until a releases.
+        std::optional<tenure::leadership_scope> sb;
+        asio::co_spawn(io, eb.acquire(asio::use_awaitable),
+                       [&](std::exception_ptr e, tenure::leadership_scope s) {
+                           if (!e) sb = std::move(s);
+                       });
+        co_await sleep_for(50ms);
+        BOOST_TEST(!sb.has_value());
+        co_await sa.release();
+        for (int i = 0; i < 400 && !sb; ++i) co_await sleep_for(5ms);
+        BOOST_REQUIRE(sb.has_value());
+        BOOST_TEST(sb->held());
+        BOOST_TEST(sb->token() > sa.token());
+        co_await sb->release();
+        co_await a.close();
+        co_await b.close();
+    });
     ca.close();
     cb.close();
 
@@ -988,41 +971,31 @@ BOOST_AUTO_TEST_CASE(a_release_answered_429_is_sent_again_and_frees_the_key) {
     cc.address = agent.address();
     cc.request_timeout = 2000ms;
     consul::client c(io.get_executor(), cc), fresh(io.get_executor(), cc);
-    bool done = false;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            auto s = co_await tenure::session::create(c, opts("rate-limited", 10s, 0s));
-            tenure::election_options eo;
-            eo.monitor_delay = 1h;  // no monitor query on the limited connection meanwhile
-            tenure::election e(s, "itest/rate-limited", "a", eo);
-            auto scope = co_await e.acquire();
-            BOOST_REQUIRE(scope.held());
-            BOOST_TEST(c.open_connections() == 1u);  // one connection, one bucket
-            bool refused = false;
-            for (int i = 0; i < 20 && !refused; ++i) {
-                try {
-                    co_await c.kv_get("itest/rate-limited");
-                } catch (consul::api_error const& x) {
-                    BOOST_REQUIRE(x.http_status() == 429u);
-                    refused = true;
-                }
+    run_on(io, [&]() -> asio::awaitable<void> {
+        auto s = co_await tenure::session::create(c, opts("rate-limited", 10s, 0s));
+        tenure::election_options eo;
+        eo.monitor_delay = 1h;  // no monitor query on the limited connection meanwhile
+        tenure::election e(s, "itest/rate-limited", "a", eo);
+        auto scope = co_await e.acquire();
+        BOOST_REQUIRE(scope.held());
+        BOOST_TEST(c.open_connections() == 1u);  // one connection, one bucket
+        bool refused = false;
+        for (int i = 0; i < 20 && !refused; ++i) {
+            try {
+                co_await c.kv_get("itest/rate-limited");
+            } catch (consul::api_error const& x) {
+                BOOST_REQUIRE(x.http_status() == 429u);
+                refused = true;
             }
-            BOOST_REQUIRE(refused);
-            co_await scope.release();  // refused first, then sent again
-            BOOST_TEST(!scope.held());
-            // Another client's connection has a bucket of its own.
-            auto kv = co_await fresh.kv_get("itest/rate-limited");
-            BOOST_REQUIRE(kv.value.has_value());
-            BOOST_TEST(kv.value->session.empty(), "still held by " << kv.value->session);
-            done = true;
-        },
-        [&](std::exception_ptr e) {
-            io.stop();
-            if (e) std::rethrow_exception(e);
-        });
-    io.run_for(30s);
-    BOOST_REQUIRE(done);
+        }
+        BOOST_REQUIRE(refused);
+        co_await scope.release();  // refused first, then sent again
+        BOOST_TEST(!scope.held());
+        // Another client's connection has a bucket of its own.
+        auto kv = co_await fresh.kv_get("itest/rate-limited");
+        BOOST_REQUIRE(kv.value.has_value());
+        BOOST_TEST(kv.value->session.empty(), "still held by " << kv.value->session);
+    });
     c.close();
     fresh.close();
 }

@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "run_on.hpp"
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
@@ -53,16 +54,7 @@ struct semaphore_fixture {
     // Runs `body` to completion on the io_context (bounded, so a bug fails the
     // test instead of hanging it).
     void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 20s) {
-        bool done = false;
-        std::exception_ptr error;
-        asio::co_spawn(io, body(), [&](std::exception_ptr e) {
-            done = true;
-            error = e;
-            io.stop();
-        });
-        io.run_for(limit);
-        BOOST_REQUIRE_MESSAGE(done, "the test body did not finish in time");
-        if (error) std::rethrow_exception(error);
+        tenure::itest::run_on(io, std::move(body), limit);
     }
 };
 

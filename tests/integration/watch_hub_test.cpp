@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "run_on.hpp"
 
 #include "../../src/consul/watch_hub.hpp"
 
@@ -45,16 +46,7 @@ struct hub_fixture {
     }
 
     void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 60s) {
-        bool done = false;
-        std::exception_ptr error;
-        asio::co_spawn(io, body(), [&](std::exception_ptr e) {
-            done = true;
-            error = e;
-            io.stop();
-        });
-        io.run_for(limit);
-        BOOST_REQUIRE_MESSAGE(done, "the test body did not finish in time");
-        if (error) std::rethrow_exception(error);
+        tenure::itest::run_on(io, std::move(body), limit);
     }
 };
 
