@@ -34,7 +34,7 @@
 #include "common.hpp"
 
 #include <tenure/busy_poll.hpp>
-#include <tenure/detail/duration.hpp>
+#include "net/duration.hpp"
 #include <tenure/election.hpp>
 
 #include <boost/asio/local/stream_protocol.hpp>

@@ -4,8 +4,8 @@
 // session ID, so the fuzzer reaches the paths that need a live session.
 #pragma once
 
-#include <tenure/detail/agent/http_api.hpp>
-#include <tenure/detail/agent/state.hpp>
+#include "agent/http_api.hpp"
+#include "agent/state.hpp"
 
 #include <boost/beast/http/write.hpp>
 

@@ -20,6 +20,7 @@
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
+#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
 
 #include <boost/asio.hpp>
@@ -144,9 +145,9 @@ int run_demo() {
     agent_options.log_stream = nullptr;
     tenure::agent agent(io.get_executor(), agent_options);
     agent.start();
-    tenure::consul::client consul_a(io.get_executor(), agent);
-    tenure::consul::client consul_b(io.get_executor(), agent);
-    tenure::consul::client operator_client(io.get_executor(), agent);
+    tenure::consul::client consul_a(io.get_executor(), agent.in_process());
+    tenure::consul::client consul_b(io.get_executor(), agent.in_process());
+    tenure::consul::client operator_client(io.get_executor(), agent.in_process());
 
     std::vector<std::pair<int, std::string>> published;
     bool injected = false;

@@ -11,6 +11,7 @@
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
+#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
 
 #include <boost/asio.hpp>
@@ -72,7 +73,7 @@ int main() {
     tenure::consul::client_config ca;
     ca.address = agent.http_address();
     tenure::consul::client client_a(io_a.get_executor(), ca);
-    tenure::consul::client client_b(io.get_executor(), agent);
+    tenure::consul::client client_b(io.get_executor(), agent.in_process());
     ledger resource;
     int refused = 0;
 

@@ -20,8 +20,8 @@
 /// again, or when it is destroyed).
 #pragma once
 
-#include <tenure/detail/agent/state.hpp>
-#include <tenure/detail/log.hpp>
+#include <tenure/consul/client.hpp>
+#include <tenure/log_level.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -33,6 +33,9 @@
 #include <string>
 
 namespace tenure {
+namespace detail {
+struct agent_access;  // the agent library's own way in (src/agent/agent_access.hpp)
+}
 
 struct agent_options {
     /// host:port to listen on; port 0 picks an ephemeral port (see local_endpoint()).
@@ -134,17 +137,18 @@ public:
     /// Number of open HTTP connections.
     std::size_t connection_count() const noexcept;
 
-    /// In-process access to the state machine (same thread only). Changes made
-    /// here wake parked blocking queries as HTTP writes do. If you create TTL
-    /// sessions or checks through it, call timers_changed() afterwards so the
-    /// timer loop picks up an earlier deadline. on_invalidate and
-    /// on_lock_delay_reject are used by the agent for logging; wrap rather than
-    /// replace them if you need them.
-    detail::agent::state_machine& state() noexcept;
-    /// Re-arms the timer loop if the state machine's next deadline moved earlier.
-    void timers_changed();
+    /// The in-process connection: a consul::client made with it has its
+    /// requests handled by this agent directly, with no sockets, and sees
+    /// exactly what an HTTP client would (blocking queries, ACLs, errors):
+    ///
+    ///     tenure::consul::client consul{ex, agent.in_process()};
+    ///
+    /// The agent must outlive every client made with it, must not be moved
+    /// while they exist, and must run on the clients' thread.
+    consul::transport_factory in_process();
 
 private:
+    friend struct detail::agent_access;
     struct impl;
     std::shared_ptr<impl> impl_;
 };

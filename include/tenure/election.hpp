@@ -28,7 +28,7 @@
 namespace tenure {
 
 namespace detail {
-struct etcd_observer;
+struct observer_backend;
 }
 
 struct leader_info {
@@ -153,6 +153,7 @@ private:
 class leader_observer {
 public:
     leader_observer(consul::client& client, std::string key);
+#if TENURE_HAS_ETCD
     /// On etcd `key` is the election name: the leader is the key under
     /// `<name>/` with the oldest create revision (etcd's scheme, so
     /// `etcdctl elect` candidates count too); leader_info carries its value,
@@ -161,6 +162,7 @@ public:
     /// re-read after a compaction. An error ends that next() (the watch is
     /// reopened by the following one).
     leader_observer(etcd::client& client, std::string key);
+#endif
 
     /// The first call answers at once with the current holder; each later call
     /// completes when the holder changes (`std::nullopt`: nobody holds the key).
@@ -184,13 +186,8 @@ public:
 private:
     boost::asio::awaitable<std::optional<leader_info>> next_impl();
 
-    consul::client* client_ = nullptr;
-    std::shared_ptr<detail::etcd_observer> etcd_;  // the etcd watch state (src/etcd/election.cpp)
     boost::asio::any_io_executor executor_;
-    std::string key_;
-    std::uint64_t index_ = 0;
-    bool first_ = true;
-    std::optional<leader_info> last_;
+    std::shared_ptr<detail::observer_backend> backend_;  // the backend's watch state
 };
 
 struct campaign_options {
@@ -212,8 +209,10 @@ struct campaign_options {
 /// Cancellation: terminal.
 boost::asio::awaitable<void> campaign_impl(consul::client& client, campaign_options options,
                                            std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
+#if TENURE_HAS_ETCD
 boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_options options,
                                            std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
+#endif
 
 /// The campaign loop: create a session, acquire `options.key`, run `body` under
 /// the scope, release, and campaign again after a loss (with a new session if
@@ -240,6 +239,7 @@ auto campaign(consul::client& client, campaign_options options,
                              std::forward<CompletionToken>(token));
 }
 
+#if TENURE_HAS_ETCD
 /// The campaign loop on etcd: the session is a lease, `options.key` the
 /// election name (keys `<key>/<lease hex>`); cancellation resigns, then revokes
 /// the lease.
@@ -263,5 +263,6 @@ auto campaign(etcd::client& client, campaign_options options,
     return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
                              std::forward<CompletionToken>(token));
 }
+#endif
 
 }  // namespace tenure

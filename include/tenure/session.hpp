@@ -9,11 +9,13 @@
 /// session. Every leadership_scope taken with the session is lost with it.
 #pragma once
 
+#include <tenure/config.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/events.hpp>
+#if TENURE_HAS_ETCD
 #include <tenure/etcd/client.hpp>
+#endif
 #include <tenure/detail/async_bridge.hpp>
-#include <tenure/detail/session_fsm.hpp>
 
 #include <boost/asio/deferred.hpp>
 
@@ -26,7 +28,10 @@
 
 namespace tenure {
 
-using session_state = detail::session_state;
+/// How sure the holder is of its lease: healthy (the last renewal is recent),
+/// jeopardy (renewals are failing, the local deadline is not reached yet) or
+/// lost (the deadline passed, or the server invalidated the session).
+enum class session_state { healthy, jeopardy, lost };
 
 struct session_options {
     std::string name = "tenure session";
@@ -96,6 +101,7 @@ public:
                                  std::forward<CompletionToken>(token));
     }
 
+#if TENURE_HAS_ETCD
     /// Creates a session on etcd: a lease of `ttl` seconds (rounded up, at least 1;
     /// etcd may raise it to its minimum), kept alive every TTL/3. `id()` is the
     /// lease ID in lowercase hex (etcd's election key suffix). `close()` deletes the
@@ -134,6 +140,7 @@ public:
         return detail::async_run(client.get_executor(), create_impl(client, std::move(options)),
                                  std::forward<CompletionToken>(token));
     }
+#endif
 
     bool valid() const noexcept { return impl_ != nullptr; }
     std::string const& id() const;
@@ -192,7 +199,9 @@ public:
 private:
     explicit session(std::shared_ptr<detail::session_impl> impl) : impl_(std::move(impl)) {}
     static boost::asio::awaitable<session> create_impl(consul::client& client, session_options options);
+#if TENURE_HAS_ETCD
     static boost::asio::awaitable<session> create_impl(etcd::client& client, session_options options);
+#endif
     boost::asio::awaitable<void> wait_lost_impl();
     boost::asio::awaitable<void> close_impl();
 

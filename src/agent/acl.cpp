@@ -4,7 +4,7 @@
 // request once more (the same paths http_api.cpp serves) and refuses what the
 // token may not do; apply() strips from list answers what it may not read,
 // as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
-#include <tenure/detail/agent/acl.hpp>
+#include "agent/acl.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>

@@ -3,11 +3,11 @@
 // reference/consul-semantics.md): 400 for decode and parameter errors, 404 for
 // renew of an unknown session and for KV misses, 405 with Allow, 413 for
 // oversize values, 500 for state errors.
-#include <tenure/detail/agent/acl.hpp>
-#include <tenure/detail/agent/http_api.hpp>
-#include <tenure/detail/agent/metrics.hpp>
-#include <tenure/detail/duration.hpp>
-#include <tenure/detail/wire.hpp>
+#include "agent/acl.hpp"
+#include "agent/http_api.hpp"
+#include "agent/metrics.hpp"
+#include "net/duration.hpp"
+#include "net/wire.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>

@@ -1,5 +1,5 @@
 // Limits against abuse of the embedded agent (include/tenure/detail/agent/limits.hpp).
-#include <tenure/detail/agent/limits.hpp>
+#include "agent/limits.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>

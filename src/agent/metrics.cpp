@@ -1,6 +1,6 @@
 // The agent's metrics and their two renderings (see metrics.hpp).
-#include <tenure/detail/agent/metrics.hpp>
-#include <tenure/detail/agent/persist.hpp>
+#include "agent/metrics.hpp"
+#include "agent/persist.hpp"
 
 #include <boost/json.hpp>
 

@@ -1,5 +1,5 @@
 // Write-ahead log, snapshots and recovery of the agent's state (see persist.hpp).
-#include <tenure/detail/agent/persist.hpp>
+#include "agent/persist.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>

@@ -9,15 +9,16 @@
 // The connection objects are owned by their serve() frames and listed in the
 // agent so that stop() can close them.
 #include <tenure/agent.hpp>
-#include <tenure/detail/agent/acl.hpp>
-#include <tenure/detail/agent/http_api.hpp>
-#include <tenure/detail/agent/metrics.hpp>
-#include <tenure/detail/agent/persist.hpp>
-#include <tenure/detail/agent/state.hpp>
-#include <tenure/detail/log.hpp>
-#include <tenure/detail/wire.hpp>
+#include "agent/agent_access.hpp"
+#include "agent/acl.hpp"
+#include "agent/http_api.hpp"
+#include "agent/metrics.hpp"
+#include "agent/persist.hpp"
+#include "agent/state.hpp"
+#include "agent/log.hpp"
+#include "net/wire.hpp"
 
-#include "tls.hpp"
+#include "agent/tls.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -900,8 +901,14 @@ bool agent::stopped() const noexcept { return impl_->stopping; }
 
 std::size_t agent::connection_count() const noexcept { return impl_->conns.size(); }
 
-detail::agent::state_machine& agent::state() noexcept { return impl_->sm; }
+consul::transport_factory agent::in_process() {
+    return [this](boost::asio::any_io_executor ex, consul::client_config const& config) {
+        return detail::make_inprocess_transport(std::move(ex), *this, config.token);
+    };
+}
 
-void agent::timers_changed() { impl_->timers_changed(); }
+detail::agent::state_machine& detail::agent_access::state(tenure::agent& a) noexcept { return a.impl_->sm; }
+
+void detail::agent_access::timers_changed(tenure::agent& a) { a.impl_->timers_changed(); }
 
 }  // namespace tenure

@@ -1,5 +1,5 @@
-#include <tenure/detail/agent/state.hpp>
-#include <tenure/detail/duration.hpp>
+#include "agent/state.hpp"
+#include "net/duration.hpp"
 
 #include <boost/uuid/random_generator.hpp>
 #include <boost/uuid/uuid_io.hpp>

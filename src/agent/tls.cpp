@@ -1,5 +1,5 @@
 // The embedded agent's server TLS context (src/agent/tls.hpp).
-#include "tls.hpp"
+#include "agent/tls.hpp"
 
 #include <openssl/ssl.h>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <tenure/agent.hpp>
-#include <tenure/detail/net_stream.hpp>
+#include "net/net_stream.hpp"
 
 #include <boost/asio/ssl/context.hpp>
 

@@ -2,11 +2,11 @@
 // (Boost.JSON) and the operations, over a detail::transport (HTTP or
 // in-process).
 #include <tenure/consul/client.hpp>
-#include <tenure/detail/duration.hpp>
-#include <tenure/detail/wire.hpp>
+#include "net/duration.hpp"
+#include "net/wire.hpp"
 
-#include "transport.hpp"
-#include "client_access.hpp"
+#include "consul/transport.hpp"
+#include "consul/client_access.hpp"
 
 #include <unordered_map>
 
@@ -17,6 +17,7 @@
 #include <boost/url/rfc/unreserved_chars.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
@@ -508,11 +509,12 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
     impl_->config = std::move(config);
 }
 
-client::client(asio::any_io_executor ex, tenure::agent& agent, client_config config)
+client::client(asio::any_io_executor ex, transport_factory make_transport, client_config config)
     : impl_(std::make_shared<impl>()) {
+    if (!make_transport) throw std::invalid_argument("tenure::consul::client: an empty transport_factory");
     config.token = env_or(std::move(config.token), "CONSUL_HTTP_TOKEN");
     impl_->ex = ex;
-    impl_->transport = detail::make_inprocess_transport(ex, agent, config.token);
+    impl_->transport = make_transport(ex, config);
     impl_->config = std::move(config);
 }
 

@@ -10,9 +10,9 @@
 // connection busy waits for one to be given back or closed (first come, first
 // served) within its deadline. The whole exchange (resolve, connect, write, read) shares
 // one deadline, enforced by basic_stream::expires_at.
-#include "transport.hpp"
+#include "consul/transport.hpp"
 
-#include <tenure/detail/net_stream.hpp>
+#include "net/net_stream.hpp"
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -1,7 +1,7 @@
 // Consul's session and lock algorithm behind tenure's session and election:
 // PUT /v1/session/renew, KV ?acquire= / ?release= with the Go api's lock flag
 // value, consistent blocking queries for followers and the leader's monitor.
-#include "lock.hpp"
+#include "consul/lock.hpp"
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -419,13 +419,28 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     }
 }
 
-asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(std::string key, std::string value, bool once) {
-    return acquire_with(std::move(key), std::move(value), once, nullptr, election_options{});
+asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire(claim c) {
+    if (c.kind == claim_kind::slot) return acquire_permit(std::move(c.key), c.limit, std::move(c.value), c.once);
+    static election_options const defaults;
+    return acquire_key(std::move(c.key), std::move(c.value), c.once, c.options ? *c.options : defaults);
 }
 
-asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_shared(std::string key, std::string value,
-                                                                              bool once,
-                                                                              election_options const& options) {
+asio::awaitable<claim_holders> consul_session::read(claim_kind kind, std::string key, int limit) {
+    if (kind == claim_kind::slot) co_return co_await read_slots(std::move(key), limit);
+    claim_holders held;
+    if (auto leader = co_await read_leader(std::move(key))) held.holders.push_back(std::move(*leader));
+    co_return held;
+}
+
+asio::awaitable<std::optional<leader_info>> consul_session::read_leader(std::string key) {
+    auto r = co_await client.kv_get(key);
+    if (!r.value || r.value->session.empty()) co_return std::nullopt;
+    co_return leader_info{r.value->value.value_or(""), r.value->session, r.value->lock_index, r.value->modify_index};
+}
+
+asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_key(std::string key, std::string value,
+                                                                           bool once,
+                                                                           election_options const& options) {
     auto const& prefix = options.shared_watch;
     std::shared_ptr<kv_watch_hub> hub;
     if (!prefix.empty() && key.starts_with(prefix)) hub = kv_watch_hub::get(client, prefix);

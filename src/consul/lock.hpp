@@ -2,8 +2,8 @@
 // (src/consul/lock.cpp) and the semaphore.
 #pragma once
 
-#include "../primitives.hpp"
-#include "watch_hub.hpp"
+#include "core/backend.hpp"
+#include "consul/watch_hub.hpp"
 
 #include <unordered_map>
 
@@ -81,24 +81,24 @@ struct consul_session final : session_impl {
         if (!check_id.empty()) co_await client.check_deregister(check_id);
     }
 
-    asio::awaitable<std::optional<leader_info>> read_leader(std::string key) override {
-        auto r = co_await client.kv_get(key);
-        if (!r.value || r.value->session.empty()) co_return std::nullopt;
-        co_return leader_info{r.value->value.value_or(""), r.value->session, r.value->lock_index,
-                              r.value->modify_index};
-    }
+    // A key: Consul's Lock protocol (lock.cpp); a slot: its Semaphore
+    // protocol (semaphore.cpp).
+    asio::awaitable<std::shared_ptr<scope_state>> acquire(claim c) override;
+    asio::awaitable<claim_holders> read(claim_kind kind, std::string key, int limit) override;
 
-    asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
-    asio::awaitable<std::shared_ptr<scope_state>> acquire_shared(std::string key, std::string value, bool once,
-                                                                 election_options const& options) override;
+    asio::awaitable<std::optional<leader_info>> read_leader(std::string key);
+    asio::awaitable<std::shared_ptr<scope_state>> acquire_key(std::string key, std::string value, bool once,
+                                                              election_options const& options);
     asio::awaitable<std::shared_ptr<scope_state>> acquire_with(std::string key, std::string value, bool once,
                                                                std::shared_ptr<kv_watch_hub> hub,
                                                                election_options const& options);
-
-    // Consul's semaphore protocol (src/consul/semaphore.cpp).
     asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,
-                                                                 bool once) override;
-    asio::awaitable<semaphore_state> read_semaphore(std::string prefix, int limit) override;
+                                                                 bool once);
+    asio::awaitable<claim_holders> read_slots(std::string prefix, int limit);
 };
+
+// Consul's session and lock algorithm (lock.cpp).
+asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::client& client, session_options options);
+
 
 }  // namespace tenure::detail

@@ -2,8 +2,9 @@
 // keys `prefix/<session>` held with the semaphore flag value, the
 // coordination key `prefix/.lock` written only by CAS with Go's compact JSON,
 // dead holders pruned by whoever writes next. Behind tenure::semaphore.
-#include "lock.hpp"
-#include "semaphore_codec.hpp"
+#include "consul/lock.hpp"
+#include "consul/semaphore_codec.hpp"
+#include "net/go_path.hpp"
 
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
@@ -25,34 +26,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string go_path_clean(std::string_view p) {
-    if (p.empty()) return ".";
-    bool const rooted = p.front() == '/';
-    std::vector<std::string_view> parts;
-    std::size_t i = 0;
-    while (i <= p.size()) {
-        std::size_t j = p.find('/', i);
-        if (j == std::string_view::npos) j = p.size();
-        std::string_view seg = p.substr(i, j - i);
-        i = j + 1;
-        if (seg.empty() || seg == ".") continue;
-        if (seg == "..") {
-            if (!parts.empty() && parts.back() != "..") parts.pop_back();
-            else if (!rooted) parts.push_back(seg);
-            continue;
-        }
-        parts.push_back(seg);
-    }
-    std::string out = rooted ? "/" : "";
-    for (std::size_t k = 0; k < parts.size(); ++k) {
-        if (k) out += '/';
-        out += parts[k];
-    }
-    if (out.empty()) out = ".";
-    return out;
-}
-
-// Go's utf8.DecodeRuneInString: {rune, width}; {-1, 1} for an invalid sequence.
 std::pair<long, std::size_t> decode_rune(std::string_view s) {
     auto const b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
     unsigned char const c0 = b(0);
@@ -90,16 +63,6 @@ bool iequals(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
-
-std::string go_path_join(std::string_view a, std::string_view b) {
-    if (a.empty() && b.empty()) return {};
-    if (a.empty()) return go_path_clean(b);
-    if (b.empty()) return go_path_clean(a);
-    std::string joined(a);
-    joined += '/';
-    joined += b;
-    return go_path_clean(joined);
-}
 
 std::string go_json_quote(std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
@@ -444,16 +407,6 @@ asio::awaitable<std::shared_ptr<scope_state>> permit_campaign(std::shared_ptr<co
 
 }  // namespace
 
-asio::awaitable<std::shared_ptr<scope_state>> session_impl::acquire_permit(std::string, int, std::string, bool) {
-    throw system_error(make_error_code(boost::system::errc::operation_not_supported));
-    co_return nullptr;
-}
-
-asio::awaitable<semaphore_state> session_impl::read_semaphore(std::string, int) {
-    throw system_error(make_error_code(boost::system::errc::operation_not_supported));
-    co_return semaphore_state{};
-}
-
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_permit(std::string prefix, int limit,
                                                                              std::string value, bool once) {
     auto self = std::static_pointer_cast<consul_session>(shared_from_this());
@@ -482,7 +435,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_permit(std
     co_return permit;
 }
 
-asio::awaitable<semaphore_state> consul_session::read_semaphore(std::string prefix, int limit) {
+asio::awaitable<claim_holders> consul_session::read_slots(std::string prefix, int limit) {
     auto self = shared_from_this();
     std::string lock_key = go_path_join(prefix, semaphore_key);
     auto r = co_await client.kv_list(prefix, consistent_read());
@@ -491,9 +444,9 @@ asio::awaitable<semaphore_state> consul_session::read_semaphore(std::string pref
     auto lock = lock_of(lp, limit);
     if (!lock) throw system_error(make_error_code(error::unexpected_response), "lock decoding failed: " + lock_key);
     prune(*lock, r.value);
-    semaphore_state st;
+    claim_holders st;
     st.limit = static_cast<int>(lock->limit);
-    for (auto const& [sid, held] : lock->holders) st.holders.push_back(sid);
+    for (auto const& [sid, held] : lock->holders) st.holders.push_back(leader_info{.session = sid});
     for (auto const& p : r.value)
         if (!p.session.empty() && p.key == go_path_join(prefix, p.session)) st.contenders.push_back(p.session);
     std::sort(st.contenders.begin(), st.contenders.end());
@@ -502,35 +455,5 @@ asio::awaitable<semaphore_state> consul_session::read_semaphore(std::string pref
 }
 
 }  // namespace detail
-
-// ---- semaphore ----------------------------------------------------------------------------
-
-semaphore::semaphore(session& s, std::string prefix, int limit, std::string value)
-    : session_(&s), prefix_(std::move(prefix)), limit_(limit), value_(std::move(value)) {
-    if (!s.valid()) throw std::invalid_argument("tenure::semaphore needs a created session");
-    // As `consul lock` does: the prefix is relative to the KV root.
-    prefix_.erase(0, prefix_.find_first_not_of('/'));
-    if (prefix_.empty()) throw std::invalid_argument("tenure::semaphore needs a prefix");
-    if (limit_ <= 0) throw std::invalid_argument("tenure::semaphore limit must be positive");
-    // The keys are path.Join(prefix, ...) and must lie under the listed prefix.
-    if (!detail::go_path_join(prefix_, detail::semaphore_key).starts_with(prefix_) ||
-        !detail::go_path_join(prefix_, "0").starts_with(prefix_))
-        throw std::invalid_argument("tenure::semaphore prefix must be a clean path: " + prefix_);
-}
-
-asio::awaitable<leadership_scope> semaphore::acquire_impl(bool once) {
-    auto sess = session_->impl();
-    if (sess->lost_event.is_set()) throw system_error(sess->lost_reason);
-    // A contender whose session dies while it waits stops with that reason.
-    auto r = co_await detail::race(sess->acquire_permit(prefix_, limit_, value_, once), sess->lost_event);
-    if (!r) throw system_error(sess->lost_reason);
-    if (!*r) co_return leadership_scope{};  // one attempt, full
-    co_return detail::scope_access::make(std::move(*r));
-}
-
-asio::awaitable<semaphore_state> semaphore::state_impl() {
-    auto sess = session_->impl();
-    co_return co_await sess->read_semaphore(prefix_, limit_);
-}
 
 }  // namespace tenure

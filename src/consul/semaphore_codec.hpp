@@ -19,9 +19,6 @@ struct semaphore_lock {
     std::map<std::string, bool> holders;  // byte order, as Go sorts map keys
 };
 
-// Go's path.Join(a, b): the non-empty elements joined by '/', then Clean()ed.
-std::string go_path_join(std::string_view a, std::string_view b);
-
 // Go's encoding/json string encoding (json.Marshal, HTML-safe escaping,
 // invalid UTF-8 as \ufffd, U+2028/U+2029 escaped, \b and \f as in Go >= 1.22).
 std::string go_json_quote(std::string_view s);

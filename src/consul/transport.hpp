@@ -2,7 +2,8 @@
 //
 // One request in, one response out. Two implementations:
 //   http_transport       - HTTP/1.1 over Beast with a keep-alive pool
-//   inprocess_transport  - tenure::agent's HTTP API called directly (no sockets)
+//   inprocess_transport  - tenure::agent's HTTP API called directly (no sockets;
+//                          src/agent/inprocess_transport.cpp, in the agent library)
 // Both run on the client's executor and honour per-operation (terminal)
 // cancellation of the awaiting coroutine and close().
 #pragma once
@@ -77,8 +78,6 @@ struct http_transport_options {
 std::shared_ptr<boost::asio::ssl::context> make_client_tls_context(client_config const& config);
 
 std::shared_ptr<transport> make_http_transport(boost::asio::any_io_executor ex, http_transport_options opts);
-std::shared_ptr<transport> make_inprocess_transport(boost::asio::any_io_executor ex, tenure::agent& agent,
-                                                    std::string token);
 
 // The failure every transport reports for an interrupted request.
 [[noreturn]] void throw_aborted(std::string what);

@@ -1,7 +1,7 @@
 // The shared blocking query of a KV prefix (see watch_hub.hpp).
-#include "watch_hub.hpp"
+#include "consul/watch_hub.hpp"
 
-#include "client_access.hpp"
+#include "consul/client_access.hpp"
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -3,8 +3,8 @@
 // watch.cpp.
 #include <tenure/etcd/client.hpp>
 
-#include "client_impl.hpp"
-#include "codec.hpp"
+#include "etcd/client_impl.hpp"
+#include "etcd/codec.hpp"
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

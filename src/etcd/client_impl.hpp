@@ -3,7 +3,7 @@
 
 #include <tenure/etcd/client.hpp>
 
-#include "transport.hpp"
+#include "etcd/transport.hpp"
 
 #include <memory>
 

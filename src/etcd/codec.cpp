@@ -1,7 +1,7 @@
 // The etcd v3 gateway's JSON, both ways (see codec.hpp).
-#include "codec.hpp"
+#include "etcd/codec.hpp"
 
-#include <tenure/detail/wire.hpp>
+#include "net/wire.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/parse.hpp>

@@ -4,7 +4,9 @@
 // g++ 12: every argument with a non-trivial destructor is named before the
 // co_await that passes it (no braced temporaries, no std::string temporaries
 // inside a co_await expression).
-#include "election.hpp"
+#include "etcd/election.hpp"
+
+#include "core/campaign.hpp"
 
 #include <tenure/session.hpp>
 
@@ -214,7 +216,19 @@ asio::awaitable<std::optional<leader_info>> etcd_session::read_leader(std::strin
 
 // etcd's Campaign, with the own key watched while waiting (no phantom
 // leadership) and transient errors retried within the lease.
-asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(std::string name, std::string value, bool once) {
+asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(claim c) {
+    if (c.kind != claim_kind::key) throw system_error(make_error_code(boost::system::errc::operation_not_supported));
+    co_return co_await campaign(std::move(c.key), std::move(c.value), c.once);
+}
+
+asio::awaitable<claim_holders> etcd_session::read(claim_kind kind, std::string key, int /*limit*/) {
+    if (kind != claim_kind::key) throw system_error(make_error_code(boost::system::errc::operation_not_supported));
+    claim_holders held;
+    if (auto leader = co_await read_leader(std::move(key))) held.holders.push_back(std::move(*leader));
+    co_return held;
+}
+
+asio::awaitable<std::shared_ptr<scope_state>> etcd_session::campaign(std::string name, std::string value, bool once) {
     auto self = std::static_pointer_cast<etcd_session>(shared_from_this());
     std::string const prefix = name + "/";
     std::string const own_key = prefix + id;
@@ -492,8 +506,8 @@ asio::awaitable<std::optional<leader_info>> read_oldest(etcd_observer& o, std::i
 
 }  // namespace
 
-asio::awaitable<std::optional<leader_info>> etcd_observer_next(etcd_observer& o, bool& first,
-                                                               std::optional<leader_info>& last) {
+asio::awaitable<std::optional<leader_info>> etcd_observer::next() {
+    etcd_observer& o = *this;
     for (;;) {
         try {
             if (!o.watch || !o.watch->is_open()) {
@@ -546,14 +560,19 @@ asio::awaitable<std::optional<leader_info>> etcd_observer_next(etcd_observer& o,
 
 namespace tenure {
 
-leader_observer::leader_observer(etcd::client& client, std::string key)
-    : executor_(client.get_executor()), key_(std::move(key)) {
-    if (key_.empty()) throw std::invalid_argument("tenure::leader_observer needs an election name");
-    etcd_ = std::make_shared<detail::etcd_observer>(client, key_);
+leader_observer::leader_observer(etcd::client& client, std::string key) : executor_(client.get_executor()) {
+    if (key.empty()) throw std::invalid_argument("tenure::leader_observer needs an election name");
+    backend_ = std::make_shared<detail::etcd_observer>(client, std::move(key));
 }
 
 boost::asio::awaitable<session> session::create_impl(etcd::client& client, session_options options) {
     co_return session(co_await detail::create_etcd_session(client, std::move(options)));
+}
+
+boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_options options,
+                                    std::function<boost::asio::awaitable<void>(leadership_scope&)> body) {
+    auto create = [&client](session_options const& o) { return session::create(client, o, boost::asio::use_awaitable); };
+    return detail::campaign_loop(create, std::move(options), std::move(body));
 }
 
 }  // namespace tenure

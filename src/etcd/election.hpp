@@ -15,7 +15,7 @@
 //   token     = the own key's create_revision.
 #pragma once
 
-#include "../primitives.hpp"
+#include "core/backend.hpp"
 
 #include <tenure/etcd/client.hpp>
 
@@ -60,8 +60,13 @@ struct etcd_session final : session_impl {
 
     asio::awaitable<bool> renew_once() override;
     asio::awaitable<void> destroy_remote() override;
-    asio::awaitable<std::shared_ptr<scope_state>> acquire(std::string key, std::string value, bool once) override;
-    asio::awaitable<std::optional<leader_info>> read_leader(std::string key) override;
+    // A key: etcd's election (concurrency.Election). Slots: not yet
+    // (operation_not_supported, as tenure::semaphore documents).
+    asio::awaitable<std::shared_ptr<scope_state>> acquire(claim c) override;
+    asio::awaitable<claim_holders> read(claim_kind kind, std::string key, int limit) override;
+
+    asio::awaitable<std::shared_ptr<scope_state>> campaign(std::string name, std::string value, bool once);
+    asio::awaitable<std::optional<leader_info>> read_leader(std::string name);
 
     // Called when etcd says our lease is gone: the session is lost now.
     void lease_gone();
@@ -70,19 +75,18 @@ struct etcd_session final : session_impl {
 asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client& client, session_options options);
 
 // leader_observer's state on etcd: one watch on `<name>/`, kept open between
-// next() calls.
-struct etcd_observer {
+// next() calls, re-read after a compaction.
+struct etcd_observer final : observer_backend {
     etcd_observer(etcd::client& c, std::string name) : client(c), prefix(std::move(name) + "/") {}
+    asio::awaitable<std::optional<leader_info>> next() override;
+
     etcd::client& client;
     std::string prefix;
     std::optional<etcd::watch_stream> watch;
     std::string leader_key;  // the key of the leader last read ("" when none)
     std::int64_t watch_from = 0;  // where the next watch starts (0: read first)
+    bool first = true;            // the next answer is the first: at once
+    std::optional<leader_info> last;  // the holder last answered
 };
-
-// leader_observer::next() on etcd: the leader at once when `first`, else
-// when it differs from `last` (both updated).
-asio::awaitable<std::optional<leader_info>> etcd_observer_next(etcd_observer& o, bool& first,
-                                                               std::optional<leader_info>& last);
 
 }  // namespace tenure::detail

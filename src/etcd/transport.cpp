@@ -10,12 +10,12 @@
 // one deadline, enforced by tcp_stream::expires_at. The gateway answers
 // errors chunked with an HTTP trailer; Beast's parser reads (and drops)
 // trailers.
-#include "transport.hpp"
+#include "etcd/transport.hpp"
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-#include <tenure/detail/wire.hpp>
+#include "net/wire.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/cancellation_state.hpp>

@@ -8,9 +8,9 @@
 // body's end), so close(), the destructor and a cancelled next() all close it.
 #include <tenure/etcd/client.hpp>
 
-#include "client_impl.hpp"
-#include "codec.hpp"
-#include "transport.hpp"
+#include "etcd/client_impl.hpp"
+#include "etcd/codec.hpp"
+#include "etcd/transport.hpp"
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -14,6 +14,7 @@
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
+#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
 #include <tenure/semaphore.hpp>
 

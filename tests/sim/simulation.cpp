@@ -2,9 +2,9 @@
 // See simulation.hpp for what is real library code and what is a model.
 #include "simulation.hpp"
 
-#include <tenure/detail/agent/state.hpp>
-#include <tenure/detail/duration.hpp>
-#include <tenure/detail/session_fsm.hpp>
+#include "agent/state.hpp"
+#include "net/duration.hpp"
+#include "core/session_fsm.hpp"
 #include <tenure/error.hpp>
 #include <tenure/fence.hpp>
 

@@ -2,10 +2,10 @@
 // the embedded agent, through the socket-free HTTP API: no sockets, mock clock.
 #include <boost/test/unit_test.hpp>
 
-#include <tenure/detail/agent/acl.hpp>
-#include <tenure/detail/agent/http_api.hpp>
-#include <tenure/detail/agent/limits.hpp>
-#include <tenure/detail/agent/state.hpp>
+#include "agent/acl.hpp"
+#include "agent/http_api.hpp"
+#include "agent/limits.hpp"
+#include "agent/state.hpp"
 
 #include <boost/json.hpp>
 

@@ -4,7 +4,7 @@
 // /work/shared/reference/consul-semantics.md (sections cited per suite).
 #include <boost/test/unit_test.hpp>
 
-#include <tenure/detail/agent/state.hpp>
+#include "agent/state.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 // matters (e.g. "Invalid Session TTL '5000000000', must be between [10s=24h0m0s]").
 #include <boost/test/unit_test.hpp>
 
-#include <tenure/detail/duration.hpp>
+#include "net/duration.hpp"
 
 #include <chrono>
 #include <cstdint>

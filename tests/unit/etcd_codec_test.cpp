@@ -5,7 +5,7 @@
 // 3.4.23 in docs/reference (etcd-gateway.md).
 #include "../../src/etcd/codec.hpp"
 
-#include <tenure/detail/wire.hpp>
+#include "net/wire.hpp"
 #include <tenure/error.hpp>
 
 #include <boost/json/parse.hpp>

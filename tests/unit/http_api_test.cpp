@@ -3,8 +3,8 @@
 // are Consul's, per /work/shared/reference/consul-semantics.md §1, §2, §5, §6, §12.
 #include <boost/test/unit_test.hpp>
 
-#include <tenure/detail/agent/http_api.hpp>
-#include <tenure/detail/agent/state.hpp>
+#include "agent/http_api.hpp"
+#include "agent/state.hpp"
 
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/json.hpp>

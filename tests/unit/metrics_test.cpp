@@ -6,9 +6,9 @@
 
 #include "prometheus_text.hpp"
 
-#include <tenure/detail/agent/http_api.hpp>
-#include <tenure/detail/agent/metrics.hpp>
-#include <tenure/detail/agent/state.hpp>
+#include "agent/http_api.hpp"
+#include "agent/metrics.hpp"
+#include "agent/state.hpp"
 
 #include <boost/json.hpp>
 

@@ -3,8 +3,8 @@
 // recovery of a state machine from snapshot + log in a temporary directory.
 #include <boost/test/unit_test.hpp>
 
-#include <tenure/detail/agent/persist.hpp>
-#include <tenure/detail/agent/state.hpp>
+#include "agent/persist.hpp"
+#include "agent/state.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

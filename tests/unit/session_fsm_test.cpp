@@ -1,6 +1,6 @@
 // The session's liveness rules and the lock-delay retry timing, driven by a
 // hand-advanced clock (no sockets, no sleeping).
-#include <tenure/detail/session_fsm.hpp>
+#include "core/session_fsm.hpp"
 
 #include <boost/test/unit_test.hpp>
 

@@ -1,6 +1,6 @@
 #include "cli.hpp"
 
-#include <tenure/detail/duration.hpp>
+#include "net/duration.hpp"
 
 #include <algorithm>
 #include <charconv>

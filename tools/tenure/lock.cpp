@@ -11,9 +11,9 @@
 // when the group is empty without polling.
 #include "cli.hpp"
 
-#include <tenure/detail/race.hpp>
+#include "core/race.hpp"
 #include <tenure/consul/client.hpp>
-#include <tenure/detail/duration.hpp>
+#include "net/duration.hpp"
 #include <tenure/election.hpp>
 #include <tenure/leadership_scope.hpp>
 #include <tenure/semaphore.hpp>

@@ -13,8 +13,8 @@
 
 #include <tenure/agent.hpp>
 #include <tenure/busy_poll.hpp>
-#include <tenure/detail/duration.hpp>
-#include <tenure/detail/log.hpp>
+#include "net/duration.hpp"
+#include "agent/log.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>

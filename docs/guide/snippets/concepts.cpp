@@ -4,6 +4,7 @@
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
+#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
 
 #include <boost/asio.hpp>
@@ -142,8 +143,8 @@ int main() {
     agent_options.log_stream = nullptr;
     tenure::agent agent(io.get_executor(), agent_options);
     agent.start();
-    tenure::consul::client consul(io.get_executor(), agent);
-    tenure::consul::client other(io.get_executor(), agent);
+    tenure::consul::client consul(io.get_executor(), agent.in_process());
+    tenure::consul::client other(io.get_executor(), agent.in_process());
     asio::co_spawn(io, scenario(consul, other), [&](std::exception_ptr e) {
         if (e) {
             try {

@@ -56,7 +56,7 @@ int main() {
     agent_options.http_addr = "127.0.0.1:0";  // any free port
     tenure::agent agent(io.get_executor(), agent_options);
     agent.start();
-    tenure::consul::client consul(io.get_executor(), agent);  // in-process: no sockets
+    tenure::consul::client consul(io.get_executor(), agent.in_process());  // in-process: no sockets
     //]
 
     //[http_client

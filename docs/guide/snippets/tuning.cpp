@@ -66,7 +66,7 @@ int main() {
     agent_options.log_stream = nullptr;
     tenure::agent agent(io.get_executor(), agent_options);
     agent.start();
-    tenure::consul::client consul(io.get_executor(), agent);
+    tenure::consul::client consul(io.get_executor(), agent.in_process());
     asio::co_spawn(io, check(consul), [&](std::exception_ptr e) {
         if (e) {
             try {

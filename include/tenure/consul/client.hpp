@@ -10,7 +10,9 @@
 /// any of these operations with a completion token too.
 ///
 /// Two transports: HTTP/1.1 over a keep-alive connection pool (Boost.Beast),
-/// or in-process against a tenure::agent on the same io_context (no sockets).
+/// or one made by a transport_factory - the embedded agent's in-process
+/// connection (tenure::agent::in_process(), in the tenure::agent library) is
+/// one. This header, and the tenure::client library, know nothing of the agent.
 #pragma once
 
 #include <tenure/error.hpp>
@@ -21,15 +23,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace tenure {
-class agent;
-}
 namespace tenure::detail {
 struct client_access;
 }
@@ -192,13 +192,28 @@ struct check_registration {
     std::string notes;
 };
 
+namespace detail {
+class transport;  // the library's own (src/consul/transport.hpp): opaque to users
+}
+
+/// Makes the transport of a client that does not talk HTTP to its server. The
+/// embedded agent's tenure::agent::in_process() returns one; a client calls it
+/// once, from its constructor, with its executor and its configuration (the
+/// token already taken from CONSUL_HTTP_TOKEN when empty).
+using transport_factory =
+    std::function<std::shared_ptr<detail::transport>(boost::asio::any_io_executor, client_config const&)>;
+
 class client {
 public:
     /// HTTP transport.
     explicit client(boost::asio::any_io_executor ex, client_config config = {});
-    /// In-process transport: requests are handled by `agent` directly (no
-    /// sockets). The agent must outlive the client and run on the same thread.
-    client(boost::asio::any_io_executor ex, tenure::agent& agent, client_config config = {});
+    /// Another transport, e.g. the embedded agent's (no sockets):
+    ///
+    ///     tenure::consul::client consul{ex, agent.in_process()};
+    ///
+    /// Only config.token is used (sent as X-Consul-Token; empty:
+    /// CONSUL_HTTP_TOKEN); the address and the HTTP settings are not.
+    client(boost::asio::any_io_executor ex, transport_factory make_transport, client_config config = {});
     ~client();
     client(client const&) = delete;
     client& operator=(client const&) = delete;

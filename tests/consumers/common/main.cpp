@@ -28,7 +28,7 @@ int main() {
     agent_opts.log_stream = nullptr;
     tenure::agent agent{ioc.get_executor(), agent_opts};
     agent.start();
-    tenure::consul::client consul{ioc.get_executor(), agent};
+    tenure::consul::client consul{ioc.get_executor(), agent.in_process()};
 
     int status = 1;
     asio::co_spawn(

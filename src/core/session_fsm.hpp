@@ -9,6 +9,7 @@
 #pragma once
 
 #include <tenure/error.hpp>
+#include <tenure/session.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +19,7 @@
 
 namespace tenure::detail {
 
-enum class session_state { healthy, jeopardy, lost };
+using tenure::session_state;
 
 class session_fsm {
 public:

@@ -13,7 +13,7 @@
 //   tenure_wal_commit_duration_seconds                                    with -data-dir
 #pragma once
 
-#include <tenure/detail/agent/state.hpp>
+#include "agent/state.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The backend-agnostic session: renewal loop, loss propagation, close.
-#include "primitives.hpp"
+#include "core/backend.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/detached.hpp>
@@ -263,10 +263,6 @@ session::~session() {
     if (!impl_ || impl_->closing) return;
     auto impl = impl_;
     asio::co_spawn(impl->executor, [impl]() { return impl->close(); }, asio::detached);
-}
-
-asio::awaitable<session> session::create_impl(consul::client& client, session_options options) {
-    co_return session(co_await detail::create_consul_session(client, std::move(options)));
 }
 
 std::string const& session::id() const { return impl_->id; }

@@ -8,8 +8,8 @@
 // or a clock, so the unit tests and the fuzzers drive it directly.
 #pragma once
 
-#include <tenure/detail/agent/limits.hpp>
-#include <tenure/detail/agent/state.hpp>
+#include "agent/limits.hpp"
+#include "agent/state.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

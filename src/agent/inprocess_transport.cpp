@@ -6,10 +6,10 @@
 // machine), and the request is evaluated again with the same blocking_state
 // once the timer completes: woken, the query's deadline, the request's
 // deadline, cancellation, or close().
-#include "transport.hpp"
+#include "consul/transport.hpp"
 
-#include <tenure/agent.hpp>
-#include <tenure/detail/agent/http_api.hpp>
+#include "agent/agent_access.hpp"
+#include "agent/http_api.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/cancellation_state.hpp>
@@ -73,12 +73,12 @@ private:
     ag::api_outcome handle(ag::request const& req, ag::blocking_state& bs) {
         ag::api_outcome out;
         try {
-            out = ag::http_api(agent_.state()).handle(req, ag::clock::now(), bs);
+            out = ag::http_api(tenure::detail::agent_access::state(agent_)).handle(req, ag::clock::now(), bs);
         } catch (std::exception const& e) {
             out = {};
             out.res = internal_error(std::string("internal error: ") + e.what());
         }
-        agent_.timers_changed();
+        tenure::detail::agent_access::timers_changed(agent_);
         if (!out.res && !out.wait) out.res = internal_error("internal error: no response");
         return out;
     }
@@ -133,7 +133,7 @@ asio::awaitable<http_response> inprocess_transport::send(http::verb method, std:
         {
             // Fired synchronously from inside a state-machine write: flag and
             // cancel the timer only. Dropped before `p`.
-            auto reg = agent_.state().watch(std::move(out.wait->targets), [&p] {
+            auto reg = tenure::detail::agent_access::state(agent_).watch(std::move(out.wait->targets), [&p] {
                 p.woken = true;
                 p.timer.cancel();
             });
@@ -150,9 +150,9 @@ asio::awaitable<http_response> inprocess_transport::send(http::verb method, std:
 
 }  // namespace
 
-std::shared_ptr<transport> make_inprocess_transport(asio::any_io_executor ex, tenure::agent& agent,
-                                                    std::string token) {
-    return std::make_shared<inprocess_transport>(std::move(ex), agent, std::move(token));
-}
-
 }  // namespace tenure::consul::detail
+
+std::shared_ptr<tenure::consul::detail::transport> tenure::detail::make_inprocess_transport(
+    boost::asio::any_io_executor ex, tenure::agent& agent, std::string token) {
+    return std::make_shared<consul::detail::inprocess_transport>(std::move(ex), agent, std::move(token));
+}

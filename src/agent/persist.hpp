@@ -28,8 +28,8 @@
 // fdatasync.
 #pragma once
 
-#include <tenure/detail/agent/state.hpp>
-#include <tenure/detail/log.hpp>
+#include "agent/state.hpp"
+#include "agent/log.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

@@ -18,7 +18,7 @@
 // Everything here runs on the agent's one thread.
 #pragma once
 
-#include <tenure/detail/agent/state.hpp>
+#include "agent/state.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

@@ -5,7 +5,7 @@
 // nothing is changed and the agent keeps serving everyone else.
 #pragma once
 
-#include <tenure/detail/agent/state.hpp>
+#include "agent/state.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

@@ -1,4 +1,4 @@
-#include <tenure/detail/wire.hpp>
+#include "net/wire.hpp"
 
 #include <boost/beast/core/detail/base64.hpp>
 

@@ -1,4 +1,4 @@
-#include <tenure/detail/duration.hpp>
+#include "net/duration.hpp"
 
 #include <cstdint>
 #include <limits>

@@ -1,0 +1,27 @@
+// Internal: the agent library's way into a tenure::agent - its state machine
+// and its timer loop - for the in-process connection and for tests. Not
+// installed: the public tenure::agent shows none of it.
+#pragma once
+
+#include <tenure/agent.hpp>
+
+#include "agent/state.hpp"
+
+namespace tenure::detail {
+
+struct agent_access {
+    // The state machine (same thread only). Changes made here wake parked
+    // blocking queries as HTTP writes do. After creating TTL sessions or checks
+    // through it, call timers_changed() so the timer loop picks up an earlier
+    // deadline. on_invalidate and on_lock_delay_reject are used by the agent
+    // for logging; wrap rather than replace them.
+    static agent::state_machine& state(tenure::agent& a) noexcept;
+    // Re-arms the timer loop if the state machine's next deadline moved earlier.
+    static void timers_changed(tenure::agent& a);
+};
+
+// The in-process transport (src/agent/inprocess_transport.cpp).
+std::shared_ptr<consul::detail::transport> make_inprocess_transport(boost::asio::any_io_executor ex,
+                                                                    tenure::agent& agent, std::string token);
+
+}  // namespace tenure::detail

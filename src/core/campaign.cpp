@@ -1,0 +1,67 @@
+// The campaign loop, on any backend: a session factory is all it needs.
+#include "core/campaign.hpp"
+#include "core/event.hpp"
+
+#include <boost/asio/this_coro.hpp>
+
+namespace tenure::detail {
+
+namespace asio = boost::asio;
+
+asio::awaitable<void> campaign_loop(session_factory create_session, campaign_options options,
+                                    std::function<asio::awaitable<void>(leadership_scope&)> body) {
+    using boost::system::system_error;
+    session s;
+    leadership_scope scope;
+    bool cancelled = false;
+    try {
+        for (;;) {
+            if (!s.valid() || s.state() == session_state::lost) {
+                bool failed = false;
+                try {
+                    s = co_await create_session(options.session);
+                } catch (system_error const& e) {
+                    if (detail::is_abort(e)) throw;
+                    failed = true;
+                }
+                if (failed) {
+                    co_await detail::sleep_until(detail::clock::now() + options.retry_backoff);
+                    continue;
+                }
+            }
+            election e(s, options.key, options.value);
+            bool failed = false;
+            try {
+                scope = co_await e.acquire();
+            } catch (system_error const& ex) {
+                if (detail::is_abort(ex) || ex.code() == make_error_code(error::lock_conflict)) throw;
+                failed = true;
+            }
+            if (failed) {
+                co_await detail::sleep_until(detail::clock::now() + options.retry_backoff);
+                continue;
+            }
+            if (options.on_elected) options.on_elected(scope);
+            bool finished = co_await scope.run(body(scope));
+            if (!finished && options.on_lost) options.on_lost(scope.loss_reason());
+            co_await scope.release();
+            scope = leadership_scope{};
+            co_await detail::sleep_until(detail::clock::now() + options.retry_backoff);
+        }
+    } catch (system_error const& e) {
+        if (!detail::is_abort(e)) throw;
+        cancelled = true;
+    }
+    // Cancelled: hand over cleanly (release, then destroy the session).
+    co_await asio::this_coro::reset_cancellation_state();
+    if (cancelled) {
+        try {
+            co_await scope.release();
+            if (s.valid()) co_await s.close();
+        } catch (system_error const&) {
+        }
+        throw system_error(asio::error::operation_aborted);
+    }
+}
+
+}  // namespace tenure::detail

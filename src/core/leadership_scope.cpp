@@ -1,0 +1,143 @@
+// The backend-agnostic half of a held key: loss, release, and leadership_scope.
+#include "core/backend.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
+
+namespace tenure {
+
+namespace asio = boost::asio;
+
+namespace detail {
+
+// ---- scope_state ---------------------------------------------------------------
+
+void scope_state::lose(boost::system::error_code why) {
+    if (status != scope_status::held) return;
+    status = scope_status::lost;
+    reason = why;
+    leadership_event e;
+    e.kind = leadership_event_kind::lost;
+    e.session_id = session->id;
+    e.key = key;
+    e.token = token;
+    e.reason = why;
+    emit_event(session->options.on_event, std::move(e));
+    lost_event.set();
+    monitor_cancel.emit(asio::cancellation_type::terminal);
+}
+
+bool scope_state::begin_release() {
+    // A scope lost to its own lease may still hold the key on the server:
+    // releasing it lets the next leader in without waiting for lock-delay.
+    bool send = status == scope_status::held ||
+                (status == scope_status::lost && reason == make_error_code(error::lease_expired_locally));
+    if (status == scope_status::held) {
+        status = scope_status::released;
+        leadership_event e;
+        e.kind = leadership_event_kind::released;
+        e.session_id = session->id;
+        e.key = key;
+        e.token = token;
+        emit_event(session->options.on_event, std::move(e));
+        lost_event.set();
+        if (!monitor_outlives_release()) monitor_cancel.emit(asio::cancellation_type::terminal);
+    }
+    return send;
+}
+
+asio::awaitable<void> scope_state::release_remote() {
+    auto self = shared_from_this();
+    try {
+        co_await send_release();
+    } catch (...) {
+        monitor_cancel.emit(asio::cancellation_type::terminal);
+        throw;
+    }
+}
+
+void scope_state::start_monitor() {
+    asio::co_spawn(session->executor, [self = shared_from_this()]() { return self->monitor(); },
+                   asio::bind_cancellation_slot(monitor_cancel.slot(), asio::detached));
+}
+
+}  // namespace detail
+
+// ---- leadership_scope ------------------------------------------------------------
+
+leadership_scope& leadership_scope::operator=(leadership_scope&& other) noexcept {
+    if (this != &other) {
+        leadership_scope old(std::move(*this));
+        state_ = std::move(other.state_);
+    }
+    return *this;
+}
+
+leadership_scope::~leadership_scope() {
+    if (!state_ || !state_->begin_release()) return;
+    // Release in the background: a destructor cannot await.
+    auto s = state_;
+    asio::co_spawn(
+        s->session->executor,
+        [s]() -> asio::awaitable<void> {
+            try {
+                co_await s->release_remote();
+            } catch (boost::system::system_error const&) {
+            }
+        },
+        asio::detached);
+}
+
+bool leadership_scope::held() const noexcept { return state_ && state_->status == detail::scope_status::held; }
+bool leadership_scope::lost() const noexcept { return state_ && state_->status == detail::scope_status::lost; }
+boost::system::error_code leadership_scope::loss_reason() const noexcept {
+    return state_ ? state_->reason : boost::system::error_code{};
+}
+std::uint64_t leadership_scope::token() const noexcept { return state_ ? state_->token : 0; }
+fencing_token leadership_scope::fencing() const { return state_ ? fencing_token{state_->key, state_->token} : fencing_token{}; }
+
+namespace {
+std::string const empty_string;
+}
+std::string const& leadership_scope::key() const noexcept { return state_ ? state_->key : empty_string; }
+std::string const& leadership_scope::session_id() const noexcept { return state_ ? state_->session->id : empty_string; }
+std::string const& leadership_scope::value() const noexcept { return state_ ? state_->value : empty_string; }
+
+boost::asio::any_io_executor leadership_scope::get_executor() const {
+    if (!state_) throw boost::system::system_error(make_error_code(error::not_held));
+    return state_->session->executor;
+}
+
+asio::awaitable<bool> leadership_scope::run_impl(std::shared_ptr<detail::scope_state> s, asio::awaitable<void> work) {
+    if (s->status != detail::scope_status::held) co_return false;
+    // The work finishing first is a normal end; the loss event first cancels
+    // the work and waits for it to finish.
+    co_return co_await detail::race(std::move(work), s->lost_event);
+}
+
+asio::awaitable<void> leadership_scope::wait_lost_impl(std::shared_ptr<detail::scope_state> s) {
+    if (!s) throw boost::system::system_error(make_error_code(error::not_held));
+    co_await s->lost_event.wait();
+    if (s->status == detail::scope_status::lost) throw boost::system::system_error(s->reason);
+    throw boost::system::system_error(make_error_code(error::not_held));
+}
+
+asio::awaitable<void> leadership_scope::release_impl(std::shared_ptr<detail::scope_state> s) {
+    if (!s || !s->begin_release()) co_return;
+    co_await s->release_remote();
+}
+
+asio::awaitable<bool> leadership_scope::confirm_impl(std::shared_ptr<detail::scope_state> s) {
+    if (!s || s->status != detail::scope_status::held) co_return false;
+    auto why = co_await s->check_held();
+    if (s->status != detail::scope_status::held) co_return false;
+    if (why) {
+        s->lose(why);
+        co_return false;
+    }
+    co_return true;
+}
+
+}  // namespace tenure
