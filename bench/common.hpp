@@ -191,7 +191,7 @@ public:
     std::unique_ptr<tenure::consul::client> make_client() {
         tenure::consul::client_config cc;
         cc.address = url_;
-        if (agent_) return std::make_unique<tenure::consul::client>(io_.get_executor(), *agent_, cc);
+        if (agent_) return std::make_unique<tenure::consul::client>(io_.get_executor(), agent_->in_process(), cc);
         return std::make_unique<tenure::consul::client>(io_.get_executor(), cc);
     }
 

@@ -72,6 +72,8 @@
 
 #include <tenure/election.hpp>
 
+#include "agent/agent_access.hpp"
+
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -251,7 +253,7 @@ asio::awaitable<void> run::hold(int followers, bool leader_monitor) {
         // In-process: every parked blocking query is a watch on the state machine.
         auto want = static_cast<std::size_t>(followers + (leader_monitor ? 1 : 0));
         auto deadline = steady::now() + 2s;
-        while (a->state().watcher_count() < want && steady::now() < deadline) co_await sleep_for(1ms);
+        while (tenure::detail::agent_access::state(*a).watcher_count() < want && steady::now() < deadline) co_await sleep_for(1ms);
     }
 }
 
@@ -267,7 +269,7 @@ void run::arm_observer(std::string const& sid, bool key_mode) {
             watch_target t;
             t.what = watch_target::kind::key;
             t.name = key_;
-            key_watch_.emplace(a->state().watch({t}, [this] { set_t1(steady::now()); }));
+            key_watch_.emplace(tenure::detail::agent_access::state(*a).watch({t}, [this] { set_t1(steady::now()); }));
         }
         return;  // invalidations: the on_invalidate hook installed by go()
     }
@@ -370,13 +372,13 @@ asio::awaitable<result_set> run::go() {
         saved_hook;
     std::function<void(std::string_view)> saved_reject_hook;
     if (auto* a = be_.agent()) {
-        saved_reject_hook = a->state().on_lock_delay_reject;
-        a->state().on_lock_delay_reject = [this, saved_reject_hook](std::string_view key) {
+        saved_reject_hook = tenure::detail::agent_access::state(*a).on_lock_delay_reject;
+        tenure::detail::agent_access::state(*a).on_lock_delay_reject = [this, saved_reject_hook](std::string_view key) {
             if (saved_reject_hook) saved_reject_hook(key);
             if (key == key_) ++rejects_;
         };
-        saved_hook = a->state().on_invalidate;
-        a->state().on_invalidate = [this, saved_hook](auto const& s, auto cause) {
+        saved_hook = tenure::detail::agent_access::state(*a).on_invalidate;
+        tenure::detail::agent_access::state(*a).on_invalidate = [this, saved_hook](auto const& s, auto cause) {
             if (saved_hook) saved_hook(s, cause);
             if (!watch_sid_.empty() && s.id == watch_sid_) set_t1(steady::now());
         };
@@ -571,8 +573,8 @@ asio::awaitable<result_set> run::go() {
     admin_->close();
     be_.on_log({});
     if (auto* a = be_.agent()) {
-        a->state().on_invalidate = saved_hook;
-        a->state().on_lock_delay_reject = saved_reject_hook;
+        tenure::detail::agent_access::state(*a).on_invalidate = saved_hook;
+        tenure::detail::agent_access::state(*a).on_lock_delay_reject = saved_reject_hook;
     }
     out.load = loadavg();
     co_return out;

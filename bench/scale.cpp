@@ -17,7 +17,7 @@
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
 
-#include "../src/consul/watch_hub.hpp"  // to see when every follower is parked
+#include "consul/watch_hub.hpp"  // to see when every follower is parked
 #include "common.hpp"                       // child processes, CPU time
 
 #include <boost/asio.hpp>

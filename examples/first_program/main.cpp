@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
         options.log_stream = nullptr;
         agent.emplace(io.get_executor(), options);
         agent->start();
-        consul.emplace(io.get_executor(), *agent);  // in-process transport
+        consul.emplace(io.get_executor(), agent->in_process());  // in-process: no sockets
     } else {
         consul.emplace(io.get_executor());  // CONSUL_HTTP_ADDR or http://127.0.0.1:8500
     }

@@ -188,7 +188,7 @@ int run_demo() {
     std::vector<std::unique_ptr<tenure::consul::client>> clients;
     std::vector<std::unique_ptr<service>> nodes;
     for (int i = 0; i < 3; ++i) {
-        clients.push_back(std::make_unique<tenure::consul::client>(io.get_executor(), agent));
+        clients.push_back(std::make_unique<tenure::consul::client>(io.get_executor(), agent.in_process()));
         tcp::endpoint listen(asio::ip::make_address("127.0.0.1"), 0);
         nodes.push_back(std::make_unique<service>(io.get_executor(), *clients.back(), listen));
         nodes.back()->start();

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     int ended = 0, failed = 0;
     auto duration = demo ? 100ms : 2000ms;
     for (int i = 1; i <= workers; ++i) {
-        auto& consul = agent ? clients.emplace_back(io.get_executor(), *agent) : clients.emplace_back(io.get_executor());
+        auto& consul = agent ? clients.emplace_back(io.get_executor(), agent->in_process()) : clients.emplace_back(io.get_executor());
         std::string name = "worker-" + std::to_string(i);
         asio::co_spawn(io, worker(consul, name, limit, duration, stats), [&, name](std::exception_ptr e) {
             if (e) {

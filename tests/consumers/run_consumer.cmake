@@ -6,6 +6,8 @@
 #   WORK          a scratch directory, wiped first (a fixed path keeps ccache warm)
 #   CXX           the C++ compiler;  BUILD_TYPE  the consumer's build type
 #   LAUNCHER      optional compiler launcher (ccache)
+#   TENURE_CLI    client_only: the tenure binary the consumer runs as its agent
+#   NM            client_only: nm, to check the consumer holds no agent code
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var IN ITEMS MODE TENURE_SOURCE TENURE_BUILD WORK CXX BUILD_TYPE)
@@ -34,7 +36,7 @@ if(LAUNCHER)
   list(APPEND configure_args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
 endif()
 
-if(MODE STREQUAL "find_package")
+if(MODE STREQUAL "find_package" OR MODE STREQUAL "client_only")
   set(prefix "${WORK}/prefix")
   run(${CMAKE_COMMAND} --install "${TENURE_BUILD}" --prefix "${prefix}")
 
@@ -67,7 +69,10 @@ if(MODE STREQUAL "find_package")
     endif()
   endforeach()
 
-  run(${CMAKE_COMMAND} -S "${TENURE_SOURCE}/tests/consumers/find_package" -B "${WORK}/build"
+  if(EXISTS "${prefix}/include/tenure/detail/agent")
+    message(FATAL_ERROR "the agent's internals were installed: ${prefix}/include/tenure/detail/agent")
+  endif()
+  run(${CMAKE_COMMAND} -S "${TENURE_SOURCE}/tests/consumers/${MODE}" -B "${WORK}/build"
       ${configure_args} "-DCMAKE_PREFIX_PATH=${prefix}")
 elseif(MODE STREQUAL "add_subdirectory")
   run(${CMAKE_COMMAND} -S "${TENURE_SOURCE}/tests/consumers/add_subdirectory" -B "${WORK}/build"
@@ -77,4 +82,26 @@ else()
 endif()
 
 run(${CMAKE_COMMAND} --build "${WORK}/build")
-run("${WORK}/build/consumer")
+if(MODE STREQUAL "client_only")
+  # Linked with tenure::client alone, the program holds no agent code: no
+  # symbol of tenure::agent or of the agent's internals.
+  execute_process(COMMAND "${NM}" -C "${WORK}/build/consumer" OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nm failed (${rc}) on ${WORK}/build/consumer")
+  endif()
+  string(REGEX MATCHALL "[^\n]*tenure::(agent|detail::agent)[^a-z_][^\n]*" agent_symbols "${symbols}")
+  list(LENGTH agent_symbols n)
+  if(n GREATER 0)
+    list(SUBLIST agent_symbols 0 5 first)
+    string(REPLACE ";" "\n  " first "${first}")
+    message(FATAL_ERROR "the client-only consumer holds ${n} agent symbols, e.g.\n  ${first}")
+  endif()
+  string(REGEX MATCHALL "tenure::election::" election_symbols "${symbols}")
+  if(NOT election_symbols)
+    message(FATAL_ERROR "the consumer holds no tenure::election symbol: nm read the wrong binary?")
+  endif()
+  message(STATUS "the client-only consumer holds tenure::election and no agent symbol")
+  run("${WORK}/build/consumer" "${TENURE_CLI}")
+else()
+  run("${WORK}/build/consumer")
+endif()

@@ -12,6 +12,7 @@
 #include "test_pki.hpp"
 
 #include <tenure/agent.hpp>
+#include "agent/agent_access.hpp"
 
 #include <tenure/consul/client.hpp>
 
@@ -425,7 +426,7 @@ BOOST_AUTO_TEST_CASE(blocking_queries_in_flight) {
     auto parked = [&] {
         std::promise<std::size_t> p;
         auto f = p.get_future();
-        asio::post(agent.ioc, [&] { p.set_value(agent.agent->state().watcher_count()); });
+        asio::post(agent.ioc, [&] { p.set_value(tenure::detail::agent_access::state(*agent.agent).watcher_count()); });
         return f.get();
     };
     http_client c{"127.0.0.1", agent.http_port()};

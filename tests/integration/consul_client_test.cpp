@@ -139,7 +139,7 @@ struct inprocess_env : client_env {
     }
 
     std::unique_ptr<consul::client> make_client(consul::client_config cfg = {}) override {
-        return std::make_unique<consul::client>(ioc.get_executor(), *agent, std::move(cfg));
+        return std::make_unique<consul::client>(ioc.get_executor(), agent->in_process(), std::move(cfg));
     }
     bool in_process() const override { return true; }
 };

@@ -13,7 +13,7 @@
 #include "fault_proxy.hpp"
 #include "http_client.hpp"
 
-#include "../../src/primitives.hpp"  // the session's scope list (memory of ended terms)
+#include "core/backend.hpp"  // the session's scope list (memory of ended terms)
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>

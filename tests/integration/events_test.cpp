@@ -3,6 +3,7 @@
 // margin), released, lost (key and session) and jeopardy, in order. The test
 // awaits the events themselves; nothing is timed.
 #include <tenure/agent.hpp>
+#include "agent/agent_access.hpp"
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
 #include <tenure/error.hpp>
@@ -41,7 +42,7 @@ struct events_env {
         o.log_stream = nullptr;
         agent = std::make_unique<tenure::agent>(ioc.get_executor(), o);
         agent->start();
-        client = std::make_unique<tenure::consul::client>(ioc.get_executor(), *agent, tenure::consul::client_config{});
+        client = std::make_unique<tenure::consul::client>(ioc.get_executor(), agent->in_process(), tenure::consul::client_config{});
     }
     ~events_env() {
         client.reset();
@@ -101,8 +102,8 @@ BOOST_AUTO_TEST_CASE(acquired_renewed_lost_in_order) {
         co_await until(renewed_twice);
 
         // The server forgets the session: the key is freed and the next renewal gets 404.
-        agent->state().session_destroy(s.id(), std::chrono::steady_clock::now());
-        agent->timers_changed();
+        tenure::detail::agent_access::state(*agent).session_destroy(s.id(), std::chrono::steady_clock::now());
+        tenure::detail::agent_access::timers_changed(*agent);
         std::function<bool()> session_lost = [&] {
             for (auto const& ev : events)
                 if (ev.kind == kind::lost && ev.key.empty()) return true;

@@ -10,7 +10,7 @@
 #include "agent_process.hpp"
 #include "run_on.hpp"
 
-#include "../../src/consul/watch_hub.hpp"
+#include "consul/watch_hub.hpp"
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>

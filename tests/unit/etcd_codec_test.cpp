@@ -3,7 +3,7 @@
 // fields, two error shapes) and the streamed-answer splitter, fed with every
 // split of real watch output. The samples are the shapes recorded from etcd
 // 3.4.23 in docs/reference (etcd-gateway.md).
-#include "../../src/etcd/codec.hpp"
+#include "etcd/codec.hpp"
 
 #include "net/wire.hpp"
 #include <tenure/error.hpp>

@@ -2,7 +2,8 @@
 // json.Unmarshal's leniency and strictness, path.Join for the keys.
 #include <boost/test/unit_test.hpp>
 
-#include "../../src/consul/semaphore_codec.hpp"
+#include "consul/semaphore_codec.hpp"
+#include "net/go_path.hpp"
 
 using tenure::detail::decode_semaphore_lock;
 using tenure::detail::encode_semaphore_lock;
