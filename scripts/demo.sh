@@ -9,8 +9,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh
-bash scripts/build.sh
+# Only what the demo runs: the packages to build it, the `tenure` binary and the
+# example (not the tests, benchmarks or docs).
+bash scripts/setup.sh demo
+BUILD_TARGETS="tenure_cli cron_three_nodes" bash scripts/build.sh \
+  -DTENURE_BUILD_TESTS=OFF -DTENURE_BUILD_BENCH=OFF -DTENURE_BUILD_DOCS=OFF -DTENURE_BUILD_EXAMPLES=ON
 
 BUILD_DIR=${BUILD_DIR:-build}
 exec "$BUILD_DIR/examples/cron_three_nodes" --tenure "$BUILD_DIR/tenure"

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs what tenure needs to build, test and run its demo on Debian bookworm.
 #
+#   bash scripts/setup.sh         everything: build, tests, docs, fuzzing
+#   bash scripts/setup.sh demo    only what building the library, the CLI and the
+#                                 examples needs (scripts/demo.sh)
+#
 # Idempotent: packages already installed are detected with `dpkg -s`, and
 # nothing (not even `apt-get update`) runs when none is missing. Run as root,
 # or as a user with sudo.
@@ -18,6 +22,16 @@ packages=(
   # Fuzzing (scripts/fuzz.sh): clang 14, its libFuzzer/sanitizer runtimes, llvm-symbolizer.
   clang-14 libclang-rt-14-dev llvm-14
 )
+
+if [[ "${1:-}" == demo ]]; then
+  packages=(
+    build-essential cmake ninja-build ccache pkg-config libssl-dev
+    libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-program-options1.81-dev
+  )
+elif (($#)); then
+  echo "setup: unknown profile '$1' (expected: demo, or nothing for everything)" >&2
+  exit 2
+fi
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -11,7 +11,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
-bash scripts/build.sh
+# Everything on, whatever an earlier scripts/demo.sh left in the cache.
+bash scripts/build.sh -DTENURE_BUILD_TESTS=ON -DTENURE_BUILD_TOOLS=ON -DTENURE_BUILD_BENCH=ON \
+  -DTENURE_BUILD_EXAMPLES=ON -DTENURE_BUILD_DOCS=ON
 if (($#)); then
   exec ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 "$@"
 fi
