@@ -470,6 +470,16 @@ BOOST_AUTO_TEST_CASE(child_exit_code) {
     BOOST_TEST(direct.wait() == 0, direct.err());
 }
 
+BOOST_AUTO_TEST_CASE(the_child_inherits_only_stdin_stdout_and_stderr) {
+    // Neither end of the supervisor's pipes, nor tenure's sockets, nor what
+    // tenure itself inherited. (`; true` keeps the shell from exec'ing ls in
+    // its place.)
+    tenure_process p(lock_args("itest/fds", "ls /proc/$$/fd; true"));
+    BOOST_TEST(p.rest_of_stdout() == "0\n1\n2\n");
+    auto rc = p.wait();
+    BOOST_TEST(rc == 0, join_status(p, rc));
+}
+
 BOOST_AUTO_TEST_CASE(timeout_expiry_exits_one_while_another_holds) {
     tenure_process holder_proc(lock_args("itest/busy", "echo ready; read line", {"-pass-stdin"}), true);
     holder_proc.expect_line("ready");

@@ -46,6 +46,7 @@
 #include <boost/process/v2.hpp>
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -370,8 +371,8 @@ pid_t start_command(supervisor_options const& o, int& err) {
 // (the supervisor passes it on), and in the child (between fork and exec,
 // async-signal-safe calls only) a process group of its own, the parent-death
 // signal (it survives exec) checked against a parent that died already, the
-// supervisor's signals blocked, and the two pipe ends kept open across exec
-// (Boost.Process closes the other descriptors).
+// supervisor's signals blocked, and no descriptor but stdio and the two pipe
+// ends kept across exec.
 struct supervisor_setup {
     char const* const* env;
     int lifeline;  // read end
@@ -392,6 +393,12 @@ struct supervisor_setup {
         if (::setpgid(0, 0) != 0) return failed();
         if (::prctl(PR_SET_PDEATHSIG, parent_death_signal) != 0) return failed();
         if (::getppid() != parent) return error_code(ESRCH, boost::system::system_category());
+        // Boost 1.81 closes only the descriptors above the highest one it
+        // keeps (its close_all compares each kept one with itself), which
+        // would pass our agent connections on to the command: everything is
+        // closed at exec, but the two pipe ends. (Boost's exec-error pipe is
+        // close-on-exec already.)
+        ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
         if (::fcntl(lifeline, F_SETFD, 0) != 0 || ::fcntl(report, F_SETFD, 0) != 0) return failed();
         sigset_t set = supervisor_signals();
         ::sigprocmask(SIG_SETMASK, &set, nullptr);
