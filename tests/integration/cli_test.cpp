@@ -25,14 +25,19 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -274,6 +279,178 @@ std::string join_status(tenure_process& p, int rc) {
 // A line for BOOST_TEST (which cannot print an optional).
 std::string text(std::optional<std::string> const& line) { return line.value_or("<no line>"); }
 
+// ---- a tenure lock killed with SIGKILL -------------------------------------------------
+
+// A fresh directory for the files the children write; removed at the end.
+struct scratch_dir {
+    std::string path;
+    scratch_dir() {
+        char tmpl[] = "/tmp/tenure-itest-kill9-XXXXXX";
+        if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~scratch_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    scratch_dir(scratch_dir const&) = delete;
+    scratch_dir& operator=(scratch_dir const&) = delete;
+    std::string file(std::string const& name) const { return path + "/" + name; }
+};
+
+// The pids a child wrote to `path` ("<pid> <pid> ..."), once the file exists
+// (children write it under another name and rename it, so it is whole);
+// empty on timeout. Polled: the file's appearance is the event.
+std::vector<pid_t> await_pids(std::string const& path, std::chrono::milliseconds timeout = 15s) {
+    auto const deadline = steady::now() + timeout;
+    while (!std::filesystem::exists(path)) {
+        if (steady::now() >= deadline) return {};
+        ::usleep(1000);
+    }
+    std::ifstream in(path);
+    std::vector<pid_t> pids;
+    for (pid_t pid = 0; in >> pid;) pids.push_back(pid);
+    return pids;
+}
+
+// Polls (every ~0.2 ms) until none of `pids` is alive; how long after
+// `since` that was, or nullopt after `timeout`.
+std::optional<steady::duration> await_gone(std::vector<pid_t> const& pids, steady::time_point since,
+                                           std::chrono::milliseconds timeout = 5s) {
+    auto const deadline = steady::now() + timeout;
+    for (;;) {
+        bool const any = std::any_of(pids.begin(), pids.end(), process_alive);
+        auto const now = steady::now();
+        if (!any) return now - since;
+        if (now >= deadline) return std::nullopt;
+        ::usleep(200);
+    }
+}
+
+double to_ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// "median X ms, max Y ms over N" of the times.
+std::string summary(std::vector<double> ms) {
+    if (ms.empty()) return "no samples";
+    std::sort(ms.begin(), ms.end());
+    double const median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(2) << "median " << median << " ms, min " << ms.front() << " ms, max "
+        << ms.back() << " ms over " << ms.size();
+    return out.str();
+}
+
+// A child that starts a background grandchild, then writes "<child pid>
+// <grandchild pid> <supervisor pid>" to `pids` (the supervisor is the
+// child's parent), and runs until it is killed.
+std::string child_with_grandchild(std::string const& pids) {
+    return "sleep 300 & echo $$ $! $PPID > " + pids + ".tmp && mv " + pids + ".tmp " + pids + "; wait";
+}
+
+// SIGKILL to a `tenure lock` whose child and grandchild run: both must be
+// gone within the issue's 100 ms.
+void kill9_kills_the_child_and_grandchild(std::vector<std::string> args, scratch_dir const& dir) {
+    tenure_process p(std::move(args));
+    auto const pids = await_pids(dir.file("pids"));
+    BOOST_TEST_REQUIRE(pids.size() == 3u, "the child did not start; stderr:\n" << p.err());
+    BOOST_TEST_REQUIRE(process_alive(pids[0]));
+    BOOST_TEST_REQUIRE(process_alive(pids[1]));
+
+    auto const t0 = steady::now();
+    p.signal(SIGKILL);
+    auto const took = await_gone({pids[0], pids[1]}, t0);
+    BOOST_TEST_REQUIRE(took.has_value(), "the child or its grandchild outlived tenure lock");
+    BOOST_TEST_MESSAGE("SIGKILL of tenure lock to its child and grandchild gone: " << to_ms(*took) << " ms");
+    BOOST_TEST(to_ms(*took) < 100.0);
+    BOOST_TEST(p.wait() == 128 + SIGKILL);
+    BOOST_TEST(await_gone({pids[2]}, steady::now()).has_value(), "the supervisor outlived tenure lock");
+}
+
+// Kills the holder with SIGKILL `rounds` times while `contenders` `tenure
+// lock` processes contend for one lock; `args(script)` makes a contender's
+// command line. Each child, and a grandchild of it, appends "start <id> <ns>"
+// and "beat <id> <ns>" lines (date +%s%N, CLOCK_REALTIME) to a log; the test
+// notes when it saw each killed holder's child and grandchild gone, on the
+// same clock. Then no two children's lives may overlap: [first stamp, seen
+// gone] of each holder, the last one open-ended. Returns the SIGKILL→gone
+// times in ms.
+std::vector<double> kill9_under_contention(std::function<std::vector<std::string>(std::string const&)> const& args,
+                                           int rounds, int contenders) {
+    scratch_dir dir;
+    std::string const log = dir.file("log");
+    auto const script = [&](int id) {
+        std::string const k = std::to_string(id), pids = dir.file(k + ".pids");
+        std::string const beat = "while :; do echo beat " + k + " $(date +%s%N) >> " + log + "; sleep 0.05; done";
+        return "echo start " + k + " $(date +%s%N) >> " + log + "; (" + beat + ") & echo $$ $! > " + pids +
+               ".tmp && mv " + pids + ".tmp " + pids + "; " + beat;
+    };
+    std::map<int, std::unique_ptr<tenure_process>> waiting;  // by contender id
+    int next_id = 0;
+    auto const spawn = [&] {
+        int const id = next_id++;
+        waiting.emplace(id, std::make_unique<tenure_process>(args(script(id))));
+    };
+    for (int i = 0; i < contenders; ++i) spawn();
+
+    std::map<int, long long> gone_ns;  // holder id → when the test saw its child and grandchild gone
+    std::vector<double> took_ms;
+    for (int round = 0; round < rounds; ++round) {
+        // The holder: the contender whose child wrote its pids.
+        int holder = -1;
+        std::vector<pid_t> pids;
+        for (auto const deadline = steady::now() + 20s; holder < 0 && steady::now() < deadline; ::usleep(1000))
+            for (auto const& [id, proc] : waiting)
+                if (std::filesystem::exists(dir.file(std::to_string(id) + ".pids"))) {
+                    holder = id;
+                    pids = await_pids(dir.file(std::to_string(id) + ".pids"));
+                    break;
+                }
+        BOOST_TEST_REQUIRE(holder >= 0, "round " << round << ": no contender got the lock");
+        BOOST_TEST_REQUIRE(pids.size() == 2u);
+        auto const t0 = steady::now();
+        waiting.at(holder)->signal(SIGKILL);
+        auto const took = await_gone(pids, t0);
+        gone_ns[holder] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+        BOOST_TEST_REQUIRE(took.has_value(), "round " << round << ": the child or grandchild outlived tenure lock");
+        took_ms.push_back(to_ms(*took));
+        BOOST_TEST(waiting.at(holder)->wait() == 128 + SIGKILL);
+        waiting.erase(holder);
+        spawn();  // contention stays at `contenders`
+    }
+    // SIGKILL to every contender at once: a holder then releases nothing, so
+    // no child starts after this (SIGTERM one by one would hand the lock on).
+    for (auto& [who, proc] : waiting) proc->signal(SIGKILL);
+    for (auto& [who, proc] : waiting) proc->wait();
+    waiting.clear();
+
+    // [first stamp, end] per child; a child still running at the end (or
+    // stopped by the clean-up above) is open-ended.
+    std::map<int, std::pair<long long, long long>> life;
+    std::ifstream in(log);
+    std::string kind;
+    int id = 0;
+    long long ns = 0;
+    while (in >> kind >> id >> ns) {
+        auto [it, fresh] = life.try_emplace(id, ns, std::numeric_limits<long long>::max());
+        if (kind == "start") BOOST_TEST(fresh, "child " << id << " started twice");
+        if (auto g = gone_ns.find(id); g != gone_ns.end()) {
+            it->second.second = g->second;
+            BOOST_TEST(ns <= g->second, "child " << id << " stamped after it was seen gone");
+        }
+        it->second.first = std::min(it->second.first, ns);
+    }
+    BOOST_TEST(life.size() >= static_cast<std::size_t>(rounds));
+    std::vector<std::pair<long long, long long>> spans;
+    for (auto const& [who, span] : life) spans.push_back(span);
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i)
+        BOOST_TEST(spans[i - 1].second < spans[i].first, "two children overlap: a child started "
+                                                             << (spans[i - 1].second - spans[i].first) / 1e6
+                                                             << " ms before the previous holder's was gone");
+    return took_ms;
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(cli_lock, cli_fixture)
@@ -470,6 +647,31 @@ BOOST_AUTO_TEST_CASE(child_exit_code) {
     BOOST_TEST(direct.wait() == 0, direct.err());
 }
 
+BOOST_AUTO_TEST_CASE(a_command_that_cannot_be_executed_counts_as_a_failed_child) {
+    // Executable, but neither a script with #! nor a binary: exec fails
+    // (ENOEXEC) in the supervisor, which tells tenure lock why.
+    scratch_dir dir;
+    std::string const program = dir.file("not-a-program");
+    std::ofstream(program) << "\x01\x02 not a program\n";
+    BOOST_TEST_REQUIRE(::chmod(program.c_str(), 0755) == 0);
+    tenure_process p({"lock", "-http-addr", addr(), "-shell=false", "-child-exit-code", "itest/noexec", program});
+    auto rc = p.wait();
+    BOOST_TEST(rc == 2, join_status(p, rc));
+    BOOST_TEST(p.err().find("Error starting handler: exec") != std::string::npos, p.err());
+    BOOST_TEST(p.err().find(std::strerror(ENOEXEC)) != std::string::npos, p.err());
+    BOOST_TEST(holder("itest/noexec/.lock").empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_child_inherits_only_stdin_stdout_and_stderr) {
+    // Neither end of the supervisor's pipes, nor tenure's sockets, nor what
+    // tenure itself inherited. (`; true` keeps the shell from exec'ing ls in
+    // its place.)
+    tenure_process p(lock_args("itest/fds", "ls /proc/$$/fd; true"));
+    BOOST_TEST(p.rest_of_stdout() == "0\n1\n2\n");
+    auto rc = p.wait();
+    BOOST_TEST(rc == 0, join_status(p, rc));
+}
+
 BOOST_AUTO_TEST_CASE(timeout_expiry_exits_one_while_another_holds) {
     tenure_process holder_proc(lock_args("itest/busy", "echo ready; read line", {"-pass-stdin"}), true);
     holder_proc.expect_line("ready");
@@ -540,6 +742,7 @@ BOOST_AUTO_TEST_CASE(help_shows_the_usage) {
     BOOST_TEST(top_out.find("--version") != std::string::npos, top_out);
     BOOST_TEST(top_out.find("tenure lock [options] <prefix> <child...>") != std::string::npos, top_out);
     BOOST_TEST(top_out.find("tenure leader [-watch] [options] <key>") != std::string::npos, top_out);
+    BOOST_TEST(top_out.find("__supervise") == std::string::npos, top_out);  // tenure lock's internal helper
     tenure_process lock_help({"help", "lock"});
     auto const lock_out = lock_help.rest_of_stdout();
     BOOST_TEST(lock_help.wait() == 0);
@@ -630,6 +833,55 @@ BOOST_AUTO_TEST_CASE(watch_prints_each_change) {
     }
     watch.signal(SIGINT);
     BOOST_TEST(watch.wait() == 0, watch.err());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The issue's acceptance tests: SIGKILL to `tenure lock`, on the embedded agent.
+BOOST_FIXTURE_TEST_SUITE(cli_lock_kill9, cli_fixture)
+
+BOOST_AUTO_TEST_CASE(sigkill_of_tenure_lock_kills_its_child_and_grandchild_at_once) {
+    scratch_dir dir;
+    kill9_kills_the_child_and_grandchild(lock_args("itest/kill9", child_with_grandchild(dir.file("pids"))), dir);
+}
+
+BOOST_AUTO_TEST_CASE(contenders_never_overlap_across_20_sigkills_of_the_holder) {
+    // Three contenders; TTL 400ms, so the agent frees the key of a killed
+    // holder within 2 x TTL, then lock-delay 50ms.
+    auto const args = [&](std::string const& script) {
+        return lock_args("itest/kill9-loop", script, {"-session-ttl", "400ms", "-lock-delay", "50ms"});
+    };
+    auto const took = kill9_under_contention(args, 20, 3);
+    BOOST_TEST_MESSAGE("agent: SIGKILL of the holder to its child and grandchild gone: " << summary(took));
+    for (double ms : took) BOOST_TEST(ms < 100.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_supervisor_takes_the_child_along_and_the_lock_is_released) {
+    scratch_dir dir;
+    tenure_process p(lock_args("itest/supervisor", child_with_grandchild(dir.file("pids")), {"-child-exit-code"}));
+    auto const pids = await_pids(dir.file("pids"));
+    BOOST_TEST_REQUIRE(pids.size() == 3u, "the child did not start; stderr:\n" << p.err());
+    std::ifstream cmdline("/proc/" + std::to_string(pids[2]) + "/cmdline");
+    std::string argv0, argv1;
+    std::getline(cmdline, argv0, '\0');
+    std::getline(cmdline, argv1, '\0');
+    BOOST_TEST(argv1 == "__supervise", "the child's parent is " << argv0 << ' ' << argv1);
+    BOOST_TEST_REQUIRE(!holder("itest/supervisor/.lock").empty());
+
+    ::kill(pids[2], SIGKILL);
+    auto rc = p.wait(10s);
+    // The child's end, as if it was killed by SIGKILL: 2 with -child-exit-code (0 without).
+    BOOST_TEST(rc == 2, join_status(p, rc));
+    BOOST_TEST(!process_alive(pids[0]));
+    BOOST_TEST(!process_alive(pids[1]));
+    BOOST_TEST(p.err().find("the supervisor (pid " + std::to_string(pids[2]) + ") killed by SIGKILL") !=
+                   std::string::npos,
+               p.err());
+    // Released, not left to lapse: the next holder runs at once.
+    BOOST_TEST(holder("itest/supervisor/.lock").empty());
+    tenure_process next(lock_args("itest/supervisor", "echo next", {"-timeout", "1s"}));
+    BOOST_TEST(next.rest_of_stdout() == "next\n");
+    BOOST_TEST(next.wait() == 0, next.err());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -797,6 +1049,26 @@ BOOST_AUTO_TEST_CASE(bad_usage_says_what_is_wrong) {
     BOOST_TEST(unreachable.wait() == 1);
     BOOST_TEST(unreachable.rest_of_stdout().empty());
     BOOST_TEST(unreachable.err().find("Lock setup failed") != std::string::npos, unreachable.err());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The issue's acceptance tests on etcd: the same child runner.
+BOOST_FIXTURE_TEST_SUITE(cli_etcd_kill9, cli_etcd_fixture)
+
+BOOST_AUTO_TEST_CASE(sigkill_of_tenure_lock_kills_its_child_and_grandchild_at_once) {
+    scratch_dir dir;
+    kill9_kills_the_child_and_grandchild(lock_args("itest-kill9", child_with_grandchild(dir.file("pids"))), dir);
+}
+
+BOOST_AUTO_TEST_CASE(contenders_never_overlap_across_20_sigkills_of_the_holder) {
+    // A lease of 1 s (etcd's minimum here) frees a killed holder's key.
+    auto const args = [&](std::string const& script) {
+        return lock_args("itest-kill9-loop", script, {"-session-ttl", "1s"});
+    };
+    auto const took = kill9_under_contention(args, 20, 3);
+    BOOST_TEST_MESSAGE("etcd: SIGKILL of the holder to its child and grandchild gone: " << summary(took));
+    for (double ms : took) BOOST_TEST(ms < 100.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -100,6 +100,9 @@ std::string describe(std::exception const& e);
 // Subcommands (lock.cpp, leader.cpp).
 int run_lock(std::vector<std::string> args);
 void lock_help(std::ostream& os);
+// `tenure __supervise ...`: the supervisor `tenure lock` starts its command
+// with (lock.cpp). Internal, not listed in the help.
+int run_lock_supervisor(int argc, char** argv);
 int run_leader(std::vector<std::string> args);
 void leader_help(std::ostream& os);
 

@@ -9,6 +9,10 @@
 // the group, SIGKILL after -kill-grace). This process is a child subreaper,
 // so the orphans of that tree are reparented to it and reaped here; it knows
 // when the group is empty without polling.
+//
+// The group must also die when this process dies without running any code
+// (kill -9, the OOM killer): the command is started by a supervisor, `tenure
+// __supervise` (below), which SIGKILLs the group when this process is gone.
 #include "cli.hpp"
 
 #include "core/race.hpp"
@@ -29,6 +33,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/read_until.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -39,7 +45,11 @@
 #include <boost/type_traits/remove_pointer.hpp>
 #include <boost/process/v2.hpp>
 
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -47,6 +57,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -179,44 +190,223 @@ asio::awaitable<void> never() {
     co_await timer.async_wait(asio::use_awaitable);
 }
 
-// ---- the child -------------------------------------------------------------------
+// ---- the supervisor (`tenure __supervise`) -----------------------------------------
+//
+// The direct child of `tenure lock` is not the command but `tenure` itself,
+// re-executed (/proc/self/exe) as
+//
+//   tenure __supervise <lifeline fd> <report fd> <tenure lock's pid> <take terminal 0|1> <program> <args...>
+//
+// It starts the command in a process group of its own (pgid = the command's
+// pid) and makes that group die with `tenure lock`, however `tenure lock`
+// dies (kill -9, the OOM killer), without `tenure lock` running any code at
+// its death: the supervisor holds the read end of the lifeline, a pipe whose
+// only write end is `tenure lock`'s. The kernel closes that end when
+// `tenure lock` exits; at EOF the supervisor SIGKILLs the whole group at once
+// (the kill grace was tenure lock's to give: a dead holder cannot vouch for
+// its lease). The parent-death signal is a second trigger, not the only one:
+// it reaches only a direct child, and fires when the forking thread exits.
+//
+// On the report pipe the supervisor tells `tenure lock`, one line each:
+//   pid <command pid>     the command runs (tenure lock signals its group directly)
+//   exit <wait status>    the command ended; tenure lock stops what it left in
+//                         its group, then closes the lifeline (so leftovers
+//                         of a finished command are guarded too, until gone)
+//   error <errno>         the command could not be executed
+// SIGINT, SIGTERM and SIGHUP sent to the supervisor are forwarded to the
+// group. When the lifeline closes, the supervisor SIGKILLs the group (empty
+// by then on the normal path) and exits with the command's status,
+// re-raising the signal that ended it.
+//
+// The supervisor lives in a process group of its own too: signals from the
+// terminal and to `tenure lock`'s job (`kill -9 %1`) reach `tenure lock`
+// only, never the supervisor, so the command gets them once, from `tenure
+// lock`, and a job-wide kill -9 still leaves the supervisor to clean up.
 
-// Boost.Process initializer: our environment block, and in the child (between
-// fork and exec, async-signal-safe calls only) a process group of its own,
-// default signal dispositions and mask, and the terminal's foreground when
-// stdin is passed from an interactive terminal.
-struct child_setup {
+constexpr char const* supervise_subcommand = "__supervise";
+constexpr int parent_death_signal = SIGUSR1;
+
+// The signals the supervisor takes through its signalfd: blocked from before
+// its exec (tenure lock's fork sets the mask) so that none is missed.
+sigset_t supervisor_signals() {
+    sigset_t set;
+    ::sigemptyset(&set);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, parent_death_signal}) ::sigaddset(&set, sig);
+    return set;
+}
+
+struct supervisor_options {
+    int lifeline = -1;  // read end
+    int report = -1;    // write end
+    pid_t parent = -1;  // tenure lock
+    bool take_terminal = false;
+    char** command = nullptr;  // the program's path, its arguments, nullptr
+};
+
+std::optional<supervisor_options> parse_supervisor_args(int argc, char** argv) {
+    if (argc < 7) return std::nullopt;
+    long long v[4] = {};
+    for (int i = 0; i < 4; ++i) {
+        char const* s = argv[2 + i];
+        auto const [end, ec] = std::from_chars(s, s + std::strlen(s), v[i]);
+        if (ec != std::errc{} || *end != '\0' || v[i] < 0) return std::nullopt;
+    }
+    return supervisor_options{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<pid_t>(v[2]), v[3] != 0,
+                              argv + 6};
+}
+
+// One line to tenure lock. Shorter than PIPE_BUF, so written whole; EPIPE
+// (tenure lock gone; SIGPIPE is ignored) is not ours to handle here.
+void report(int fd, char const* kind, long long value) {
+    std::string const line = std::string(kind) + ' ' + std::to_string(value) + '\n';
+    (void)!::write(fd, line.data(), line.size());
+}
+
+// In the command's process, before exec: a process group of its own, default
+// signal dispositions and mask, and the terminal's foreground when stdin is
+// passed from an interactive terminal.
+void enter_command_process(supervisor_options const& o) {
+    ::setpgid(0, 0);
+    struct sigaction dfl{};
+    dfl.sa_handler = SIG_DFL;
+    ::sigemptyset(&dfl.sa_mask);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGTTOU, SIGTTIN, SIGTSTP, parent_death_signal})
+        ::sigaction(sig, &dfl, nullptr);
+    if (o.take_terminal) {
+        struct sigaction ign{};
+        ign.sa_handler = SIG_IGN;
+        ::sigemptyset(&ign.sa_mask);
+        ::sigaction(SIGTTOU, &ign, nullptr);
+        ::tcsetpgrp(STDIN_FILENO, ::getpid());
+        ::sigaction(SIGTTOU, &dfl, nullptr);
+    }
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Forks and executes the command. Its pid, or -1 with `err` set when it
+// could not be executed (the exec's errno, through a close-on-exec pipe).
+pid_t start_command(supervisor_options const& o, int& err) {
+    int exec_error[2];
+    if (::pipe2(exec_error, O_CLOEXEC) != 0) {
+        err = errno;
+        return -1;
+    }
+    pid_t const pid = ::fork();
+    if (pid == 0) {
+        ::close(exec_error[0]);
+        enter_command_process(o);
+        ::execv(o.command[0], o.command);
+        int const e = errno;
+        (void)!::write(exec_error[1], &e, sizeof e);
+        ::_exit(127);
+    }
+    if (pid < 0) err = errno;
+    ::close(exec_error[1]);
+    int e = 0;
+    // EOF: the exec succeeded. Our signals are blocked, so no EINTR.
+    ssize_t const n = pid > 0 ? ::read(exec_error[0], &e, sizeof e) : 0;
+    ::close(exec_error[0]);
+    if (pid < 0) return -1;
+    ::setpgid(pid, pid);  // as the child does: whichever runs first, the group exists before we report it
+    if (n > 0) {
+        ::waitpid(pid, nullptr, 0);
+        err = e;
+        return -1;
+    }
+    return pid;
+}
+
+// Ends the supervisor with the command's wait status: its exit code, or its
+// signal re-raised with the default disposition (no core file of ours).
+[[noreturn]] void exit_like(int status) {
+    if (WIFSIGNALED(status)) {
+        int const sig = WTERMSIG(status);
+        ::prctl(PR_SET_DUMPABLE, 0);
+        ::signal(sig, SIG_DFL);
+        sigset_t only;
+        ::sigemptyset(&only);
+        ::sigaddset(&only, sig);
+        ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+        ::raise(sig);
+        ::_exit(128 + sig);  // not reached for a terminating signal
+    }
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+// Waits for the command's end and forwards signals until the lifeline closes
+// (or tenure lock is otherwise known dead); then SIGKILL to the group.
+[[noreturn]] void watch_command(supervisor_options const& o, int signals, pid_t pid) {
+    std::optional<int> status;
+    for (;;) {
+        pollfd fds[2] = {{o.lifeline, POLLIN, 0}, {signals, POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;  // cannot watch: fail safe
+        if (fds[0].revents != 0) break;  // tenure lock never writes: this is EOF (or an error)
+        signalfd_siginfo si{};
+        while (::read(signals, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+            int const sig = static_cast<int>(si.ssi_signo);
+            int st = 0;
+            if (sig == SIGCHLD) {
+                if (!status && ::waitpid(pid, &st, WNOHANG) == pid) {
+                    status = st;
+                    report(o.report, "exit", st);
+                }
+            } else if (sig != parent_death_signal) {
+                ::kill(-pid, sig);
+            }
+        }
+        if (::getppid() != o.parent) break;  // the parent-death signal (or any wake-up after it)
+    }
+    ::kill(-pid, SIGKILL);
+    if (!status) {
+        int st = 0;
+        ::waitpid(pid, &st, 0);  // SIGKILLed: does not take long
+        status = st;
+    }
+    exit_like(*status);
+}
+
+// Boost.Process initializer for the supervisor: the command's environment
+// (the supervisor passes it on), and in the child (between fork and exec,
+// async-signal-safe calls only) a process group of its own, the parent-death
+// signal (it survives exec) checked against a parent that died already, the
+// supervisor's signals blocked, and no descriptor but stdio and the two pipe
+// ends kept across exec.
+struct supervisor_setup {
     char const* const* env;
-    bool take_terminal;
+    int lifeline;  // read end
+    int report;    // write end
+    pid_t parent;
 
     template <class Launcher>
     error_code on_setup(Launcher& launcher, bp::filesystem::path const&, char const* const*&) {
         launcher.env = env;
+        launcher.fd_whitelist.push_back(lifeline);
+        launcher.fd_whitelist.push_back(report);
         return {};
     }
 
     template <class Launcher>
     error_code on_exec_setup(Launcher&, bp::filesystem::path const&, char const* const*&) {
-        if (::setpgid(0, 0) != 0) return error_code(errno, boost::system::system_category());
-        struct sigaction dfl{};
-        dfl.sa_handler = SIG_DFL;
-        ::sigemptyset(&dfl.sa_mask);
-        for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGTTOU, SIGTTIN, SIGTSTP})
-            ::sigaction(sig, &dfl, nullptr);
-        sigset_t none;
-        ::sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        if (take_terminal) {
-            struct sigaction ign{};
-            ign.sa_handler = SIG_IGN;
-            ::sigemptyset(&ign.sa_mask);
-            ::sigaction(SIGTTOU, &ign, nullptr);
-            ::tcsetpgrp(STDIN_FILENO, ::getpid());
-            ::sigaction(SIGTTOU, &dfl, nullptr);
-        }
+        auto const failed = [] { return error_code(errno, boost::system::system_category()); };
+        if (::setpgid(0, 0) != 0) return failed();
+        if (::prctl(PR_SET_PDEATHSIG, parent_death_signal) != 0) return failed();
+        if (::getppid() != parent) return error_code(ESRCH, boost::system::system_category());
+        // Boost 1.81 closes only the descriptors above the highest one it
+        // keeps (its close_all compares each kept one with itself), which
+        // would pass our agent connections on to the command: everything is
+        // closed at exec, but the two pipe ends. (Boost's exec-error pipe is
+        // close-on-exec already.)
+        ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+        if (::fcntl(lifeline, F_SETFD, 0) != 0 || ::fcntl(report, F_SETFD, 0) != 0) return failed();
+        sigset_t set = supervisor_signals();
+        ::sigprocmask(SIG_SETMASK, &set, nullptr);
         return {};
     }
 };
+
+// ---- the child -------------------------------------------------------------------
 
 // The parent's environment with `extra` ("NAME=value") added or replaced.
 std::vector<std::string> child_environment(std::vector<std::string> const& extra) {
@@ -263,6 +453,9 @@ public:
           sigchld_(ex, SIGCHLD), kill_timer_(ex, steady::time_point::max()),
           drain_wake_(ex, steady::time_point::max()),
           watchdog_wake_(std::make_shared<asio::steady_timer>(ex, steady::time_point::max())) {}
+    ~lock_command() { let_go_of_supervisor(); }
+    lock_command(lock_command const&) = delete;
+    lock_command& operator=(lock_command const&) = delete;
 
     // Resolves the program before anything touches the agent.
     void prepare();
@@ -292,7 +485,18 @@ private:
         int status = 0;  // raw wait status when started
     };
     asio::awaitable<child_result> supervise(session& s, leadership_scope& scope);
-    asio::awaitable<int> wait_child_and_group(bp::process& proc);
+    std::optional<bp::process> start_supervisor(asio::any_io_executor ex, std::vector<std::string> const& env,
+                                                bool take_terminal);
+    struct report_line {
+        std::string kind;
+        long long value = 0;
+    };
+    asio::awaitable<std::optional<report_line>> next_report();
+    asio::awaitable<bool> await_command_start(bp::process& supervisor);
+    asio::awaitable<int> await_supervisor_exit(bp::process& supervisor);
+    void let_go_of_supervisor();
+    asio::awaitable<int> wait_child_and_group(bp::process& supervisor);
+    asio::awaitable<void> drain_group();
     asio::awaitable<void> helpers(session& s, leadership_scope& scope);
     asio::awaitable<void> watch_loss(leadership_scope& scope);
     asio::awaitable<void> watch_deadline(session& s);
@@ -305,6 +509,7 @@ private:
     void begin_termination(std::string const& why, bool send_sigterm, bool lock_gone,
                            steady::time_point kill_by = steady::time_point::max());
     void signal_group(int sig, bool quiet = false);
+    void kill_group_now(std::string const& why);
     bool group_alive() const;
     void reap_adopted();
     void restore_terminal();
@@ -317,10 +522,15 @@ private:
     asio::signal_set signals_;
     asio::signal_set sigchld_;
 
-    // The running child.
-    pid_t child_pid_ = -1;
+    // The running child: the supervisor (our child, which Boost.Process reaps)
+    // and the command's process group (pgid = the command's pid).
+    pid_t supervisor_pid_ = -1;
+    bool supervisor_reaped_ = false;
+    int supervisor_status_ = 0;  // raw wait status once reaped
+    int lifeline_ = -1;          // the only write end of the supervisor's lifeline
+    std::optional<asio::posix::stream_descriptor> report_;  // the supervisor's reports
+    std::string report_buf_;
     pid_t pgid_ = -1;
-    bool child_reaped_ = false;
     bool took_terminal_ = false;
 
     // Termination of the child's process group.
@@ -611,19 +821,28 @@ void lock_command::signal_group(int sig, bool quiet) {
     ::kill(-pgid_, sig);
 }
 
+// SIGKILL to the group at once, and nothing gentler after it.
+void lock_command::kill_group_now(std::string const& why) {
+    error(why + "; SIGKILL to the child's process group " + std::to_string(pgid_));
+    terminating_ = true;
+    sigterm_sent_ = true;
+    killed_ = true;
+    signal_group(SIGKILL, true);
+}
+
 bool lock_command::group_alive() const {
     if (pgid_ <= 0) return false;
     return ::kill(-pgid_, 0) == 0 || errno == EPERM;
 }
 
-// Reaps the exited processes this subreaper adopted, never the child itself
+// Reaps the exited processes this subreaper adopted, never the supervisor
 // (Boost.Process reaps that one).
 void lock_command::reap_adopted() {
     for (;;) {
         siginfo_t si{};
         if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0) return;
         if (si.si_pid == 0) return;
-        if (si.si_pid == child_pid_ && !child_reaped_) return;
+        if (si.si_pid == supervisor_pid_ && !supervisor_reaped_) return;
         ::waitpid(si.si_pid, nullptr, WNOHANG);
     }
 }
@@ -723,17 +942,34 @@ asio::awaitable<void> lock_command::helpers(session& s, leadership_scope& scope)
         .async_wait(asio::experimental::wait_for_all(), asio::deferred);
 }
 
-// Awaits the child's exit, then the end of everything left in its process
-// group (terminated like the child: SIGTERM, SIGKILL after the grace).
-asio::awaitable<int> lock_command::wait_child_and_group(bp::process& proc) {
-    auto [ec, code] = co_await proc.async_wait(asio::as_tuple(asio::use_awaitable));
-    (void)code;
-    int const status = ec ? 0 : proc.native_exit_code();
-    child_reaped_ = true;
-    if (ec) error("waiting for the child failed: " + ec.message());
-    else info("child " + describe_status(status));
+// Awaits the command's end (the supervisor's report of it, or the
+// supervisor's death), then the end of everything left in its process group
+// (terminated like the child: SIGTERM, SIGKILL after the grace), then lets
+// the supervisor go.
+asio::awaitable<int> lock_command::wait_child_and_group(bp::process& supervisor) {
+    std::optional<int> status;
+    while (auto line = co_await next_report())
+        if (line->kind == "exit") {
+            status = static_cast<int>(line->value);
+            break;
+        }
+    if (!status) {
+        // The supervisor died before the command: the group has no guard any
+        // more. Nothing of it may outlive this process, so no grace either.
+        status = co_await await_supervisor_exit(supervisor);
+        kill_group_now("the supervisor (pid " + std::to_string(supervisor_pid_) + ") " + describe_status(*status) +
+                       " while the child ran");
+    }
+    info("child " + describe_status(*status));
     restore_terminal();
+    co_await drain_group();
+    pgid_ = -1;
+    let_go_of_supervisor();
+    co_await await_supervisor_exit(supervisor);
+    co_return *status;
+}
 
+asio::awaitable<void> lock_command::drain_group() {
     reap_adopted();
     if (group_alive()) {
         begin_termination("the child exited and left processes in its process group", true, false);
@@ -758,8 +994,6 @@ asio::awaitable<int> lock_command::wait_child_and_group(bp::process& proc) {
         }
     }
     if (terminating_) info("the child's process group is gone");
-    pgid_ = -1;
-    co_return status;
 }
 
 void lock_command::restore_terminal() {
@@ -773,48 +1007,125 @@ void lock_command::restore_terminal() {
     ::sigaction(SIGTTOU, &old, nullptr);
 }
 
+// Starts `tenure __supervise <lifeline> <report> <our pid> <take terminal>
+// <program> <args...>` with the command's environment, and keeps the
+// lifeline's write end (close-on-exec: nothing else we start inherits it)
+// and the report pipe's read end.
+std::optional<bp::process> lock_command::start_supervisor(asio::any_io_executor ex,
+                                                         std::vector<std::string> const& env, bool take_terminal) {
+    std::vector<char const*> envp;
+    for (auto const& e : env) envp.push_back(e.c_str());
+    envp.push_back(nullptr);
+    int lifeline[2] = {-1, -1}, report[2] = {-1, -1};
+    std::string failure;
+    if (::pipe2(lifeline, O_CLOEXEC) != 0 || ::pipe2(report, O_CLOEXEC) != 0)
+        failure = std::string("pipe: ") + std::strerror(errno);
+
+    std::vector<std::string> args = {supervise_subcommand,       std::to_string(lifeline[0]),
+                                     std::to_string(report[1]),  std::to_string(::getpid()),
+                                     take_terminal ? "1" : "0", command_.program.string()};
+    args.insert(args.end(), command_.args.begin(), command_.args.end());
+    std::vector<char const*> argv = {"tenure"};
+    for (auto const& a : args) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+
+    supervisor_setup setup{envp.data(), lifeline[0], report[1], ::getpid()};
+    std::optional<bp::process> proc;
+    if (failure.empty()) {
+        try {
+            if (cfg_.pass_stdin)
+                proc.emplace(ex, "/proc/self/exe", argv.data(), bp::process_stdio{{}, {}, {}}, setup);
+            else
+                proc.emplace(ex, "/proc/self/exe", argv.data(), bp::process_stdio{nullptr, {}, {}}, setup);
+        } catch (std::exception const& e) {
+            failure = describe(e);
+        }
+    }
+    for (int fd : {lifeline[0], report[1]})
+        if (fd >= 0) ::close(fd);
+    if (!proc) {
+        for (int fd : {lifeline[1], report[0]})
+            if (fd >= 0) ::close(fd);
+        error("Error starting handler: " + failure);
+        return std::nullopt;
+    }
+    lifeline_ = lifeline[1];
+    report_.emplace(ex, report[0]);
+    supervisor_pid_ = proc->id();
+    return proc;
+}
+
+// The supervisor's next line ("pid 123"); nullopt once it closed its end.
+asio::awaitable<std::optional<lock_command::report_line>> lock_command::next_report() {
+    auto [ec, n] = co_await asio::async_read_until(*report_, asio::dynamic_buffer(report_buf_), '\n',
+                                                   asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return std::nullopt;
+    std::string const line = report_buf_.substr(0, n - 1);
+    report_buf_.erase(0, n);
+    report_line r;
+    auto const space = line.find(' ');
+    r.kind = line.substr(0, space);
+    if (space != std::string::npos) std::from_chars(line.data() + space + 1, line.data() + line.size(), r.value);
+    co_return r;
+}
+
+// The supervisor's first report: the command runs (its pid is the group's
+// id), or why it could not be started.
+asio::awaitable<bool> lock_command::await_command_start(bp::process& supervisor) {
+    auto const first = co_await next_report();
+    if (first && first->kind == "pid" && first->value > 0) {
+        pgid_ = static_cast<pid_t>(first->value);
+        co_return true;
+    }
+    restore_terminal();
+    let_go_of_supervisor();
+    int const status = co_await await_supervisor_exit(supervisor);
+    std::string why = "its supervisor " + describe_status(status);
+    if (first && first->kind == "error")
+        why = "exec " + quote(command_.program.string()) + ": " + std::strerror(static_cast<int>(first->value));
+    error("Error starting handler: " + why);
+    co_return false;
+}
+
+asio::awaitable<int> lock_command::await_supervisor_exit(bp::process& supervisor) {
+    if (!supervisor_reaped_) {
+        auto [ec, code] = co_await supervisor.async_wait(asio::as_tuple(asio::use_awaitable));
+        (void)code;
+        supervisor_reaped_ = true;
+        supervisor_status_ = ec ? 0 : supervisor.native_exit_code();
+        if (ec) error("waiting for the supervisor failed: " + ec.message());
+    }
+    co_return supervisor_status_;
+}
+
+// Closing the lifeline makes the supervisor SIGKILL the group (gone by now
+// on the normal path) and exit.
+void lock_command::let_go_of_supervisor() {
+    if (lifeline_ >= 0) ::close(lifeline_);
+    lifeline_ = -1;
+}
+
 asio::awaitable<lock_command::child_result> lock_command::supervise(session& s, leadership_scope& scope) {
     child_result result;
-    auto ex = co_await asio::this_coro::executor;
-
-    std::vector<std::string> extra = {
+    std::vector<std::string> const env = child_environment({
         "CONSUL_LOCK_HELD=true",
         "TENURE_LOCK_KEY=" + scope.key(),
         "TENURE_SESSION=" + s.id(),
         "TENURE_FENCING_TOKEN=" + std::to_string(scope.token()),
-    };
-    std::vector<std::string> env = child_environment(extra);
-    std::vector<char const*> envp;
-    for (auto const& e : env) envp.push_back(e.c_str());
-    envp.push_back(nullptr);
-
+    });
     bool const take_terminal =
         cfg_.pass_stdin && ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
-    child_setup setup{envp.data(), take_terminal};
 
     phase_ = phase::child;
     if (cfg_.verbose && cfg_.pass_stdin) info("Stdin passed to handler process");
     info("Starting handler: " + command_.display);
-    std::optional<bp::process> proc;
-    std::string failure;
-    try {
-        if (cfg_.pass_stdin)
-            proc.emplace(ex, command_.program, command_.args, bp::process_stdio{{}, {}, {}}, setup);
-        else
-            proc.emplace(ex, command_.program, command_.args, bp::process_stdio{nullptr, {}, {}}, setup);
-    } catch (std::exception const& e) {
-        failure = describe(e);
-    }
-    if (!failure.empty() || !proc) {
-        error("Error starting handler: " + failure);
-        co_return result;
-    }
+    std::optional<bp::process> supervisor = start_supervisor(co_await asio::this_coro::executor, env, take_terminal);
+    if (!supervisor) co_return result;
+    took_terminal_ = take_terminal;  // the command takes it before its exec
+    if (!co_await await_command_start(*supervisor)) co_return result;
     result.started = true;
-    child_pid_ = proc->id();
-    pgid_ = child_pid_;
-    ::setpgid(child_pid_, child_pid_);  // already done in the child; harmless
-    took_terminal_ = take_terminal;
-    info("child pid " + std::to_string(child_pid_) + " in its own process group");
+    info("child pid " + std::to_string(pgid_) + " in its own process group, started by the supervisor (pid " +
+         std::to_string(supervisor_pid_) + ")");
 
     // A signal that arrived before the child existed.
     if (shutdown_.is_set()) begin_termination("shutdown", true, true);
@@ -825,7 +1136,7 @@ asio::awaitable<lock_command::child_result> lock_command::supervise(session& s, 
         if (auto t = wake.lock()) t->cancel();
     });
 
-    auto main = wait_child_and_group(*proc);
+    auto main = wait_child_and_group(*supervisor);
     auto rest = helpers(s, scope);
     std::optional<int> status = co_await tenure::detail::race(std::move(main), std::move(rest));
     result.status = status.value_or(0);
@@ -900,6 +1211,12 @@ void lock_help(std::ostream& os) {
           "  and TENURE_FENCING_TOKEN=<fencing token>: the key's LockIndex at\n"
           "  acquisition (with -n > 1: the contender key, and the index of the write\n"
           "  that admitted this holder). Its stdin is /dev/null unless -pass-stdin.\n\n"
+          "  The child's process group dies with tenure lock, however tenure lock dies\n"
+          "  (kill -9, the OOM killer): the child is started by a small supervisor,\n"
+          "  tenure itself, which SIGKILLs the whole group at once when tenure lock is\n"
+          "  gone, so no child outlives the lock (consul lock leaves it running).\n"
+          "  Processes that leave the group (setsid, setpgid) are out of its reach:\n"
+          "  run tenure lock in a cgroup of its own (systemd-run --scope) for those.\n\n"
           "  When the lock is lost (released or taken by another session, key deleted,\n"
           "  session invalidated, lease expired locally) the child's whole process\n"
           "  group gets SIGTERM, then SIGKILL after -kill-grace. The child is also\n"
@@ -924,7 +1241,8 @@ void lock_help(std::ostream& os) {
           "  `tenure leader -etcd-endpoints ... <prefix>` shows the holder.\n\n"
           "  Exit status: 0 when the child ran, also when it was stopped because the\n"
           "  lock was lost; 2 with -child-exit-code when the child exited non-zero (or\n"
-          "  could not be started); 1 for bad usage, an unreachable agent, setup and\n"
+          "  could not be started; a child whose supervisor was killed counts as killed\n"
+          "  by SIGKILL); 1 for bad usage, an unreachable agent, setup and\n"
           "  acquisition errors, -timeout expiry or a signal during acquisition\n"
           "  (\"Shutdown triggered or timeout during lock acquisition\"), and a failed\n"
           "  release.\n\n"
@@ -972,6 +1290,37 @@ void lock_help(std::ostream& os) {
     http_flags::help(os);
     os << '\n';
     etcd_flags::help(os);
+}
+
+int run_lock_supervisor(int argc, char** argv) {
+    auto const o = parse_supervisor_args(argc, argv);
+    if (!o) {
+        std::cerr << "tenure " << supervise_subcommand << ": internal to tenure lock, not a command\n";
+        return 1;
+    }
+    ::prctl(PR_SET_NAME, "tenure");  // not "exe", from /proc/self/exe, in ps and top
+    // The command inherits neither pipe end.
+    ::fcntl(o->lifeline, F_SETFD, FD_CLOEXEC);
+    ::fcntl(o->report, F_SETFD, FD_CLOEXEC);
+    // A report to a dead tenure lock must not end us before we kill the group;
+    // in a background group of the terminal, our stderr stays writable.
+    std::signal(SIGPIPE, SIG_IGN);
+    std::signal(SIGTTOU, SIG_IGN);
+    sigset_t const set = supervisor_signals();  // blocked since before our exec
+    int const signals = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (signals < 0) {
+        std::cerr << "tenure lock: supervisor: signalfd: " << std::strerror(errno) << '\n';
+        return 1;
+    }
+    if (::getppid() != o->parent) return 1;  // tenure lock is gone already: start nothing
+    int err = 0;
+    pid_t const pid = start_command(*o, err);
+    if (pid < 0) {
+        report(o->report, "error", err);
+        return 127;
+    }
+    report(o->report, "pid", pid);
+    watch_command(*o, signals, pid);
 }
 
 int run_lock(std::vector<std::string> args) {

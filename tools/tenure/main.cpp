@@ -330,6 +330,8 @@ int run_agent(std::vector<std::string> args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // tenure lock's supervisor of its command: internal, so not in `commands`.
+    if (argc > 1 && std::string_view(argv[1]) == "__supervise") return tenure::cli::run_lock_supervisor(argc, argv);
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
     if (args.empty()) {
         std::cerr << "tenure: a command is required\n\n";
