@@ -18,11 +18,6 @@ std::string b64(std::string_view bytes) { return tenure::detail::base64_encode(b
 
 std::string i64s(std::int64_t v) { return std::to_string(v); }
 
-json::array const& as_array(json::value const& v, std::string_view what) {
-    if (auto const* a = v.if_array()) return *a;
-    throw decode_failure{std::string(what) + " is not a JSON array"};
-}
-
 char const* sort_order_name(sort_order o) {
     switch (o) {
     case sort_order::none: return "NONE";
@@ -124,11 +119,6 @@ std::optional<std::int64_t> parse_i64(std::string_view s) noexcept {
     return v;
 }
 
-json::object const& as_object(json::value const& v, std::string_view what) {
-    if (auto const* o = v.if_object()) return *o;
-    throw decode_failure{std::string(what) + " is not a JSON object"};
-}
-
 std::int64_t get_i64(json::object const& o, std::string_view name) {
     auto const* v = o.if_contains(name);
     if (!v || v->is_null()) return 0;
@@ -152,20 +142,6 @@ std::uint64_t get_u64(json::object const& o, std::string_view name) {
     if (auto const* u = v->if_uint64()) return *u;
     if (auto const* i = v->if_int64(); i && *i >= 0) return static_cast<std::uint64_t>(*i);
     throw decode_failure{std::string(name) + " is not a uint64"};
-}
-
-bool get_bool(json::object const& o, std::string_view name) {
-    auto const* v = o.if_contains(name);
-    if (!v || v->is_null()) return false;
-    if (auto const* b = v->if_bool()) return *b;
-    throw decode_failure{std::string(name) + " is not a boolean"};
-}
-
-std::string get_string(json::object const& o, std::string_view name) {
-    auto const* v = o.if_contains(name);
-    if (!v || v->is_null()) return {};
-    if (auto const* s = v->if_string()) return std::string(*s);
-    throw decode_failure{std::string(name) + " is not a string"};
 }
 
 std::string get_bytes(json::object const& o, std::string_view name) {

@@ -9,6 +9,8 @@
 
 #include <tenure/etcd/client.hpp>
 
+#include "net/json.hpp"
+
 #include <boost/json/object.hpp>
 #include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
@@ -26,19 +28,19 @@ namespace json = boost::json;
 
 // An answer this client cannot make sense of (becomes api_error with
 // error::unexpected_response and the request's description).
-struct decode_failure {
-    std::string what;
-};
+using tenure::detail::decode_failure;
 
 // Decimal int64, the whole string, optional leading '-'; nullopt otherwise.
 std::optional<std::int64_t> parse_i64(std::string_view s) noexcept;
 
 // ---- field access (missing or null: 0 / empty) ----
-json::object const& as_object(json::value const& v, std::string_view what);
+using tenure::detail::as_array;
+using tenure::detail::as_object;
+using tenure::detail::get_bool;
+using tenure::detail::get_string;
+// int64 as the gateway writes it: a decimal string, or a number.
 std::int64_t get_i64(json::object const& o, std::string_view name);
 std::uint64_t get_u64(json::object const& o, std::string_view name);
-bool get_bool(json::object const& o, std::string_view name);
-std::string get_string(json::object const& o, std::string_view name);
 // A base64 `bytes` field, decoded.
 std::string get_bytes(json::object const& o, std::string_view name);
 

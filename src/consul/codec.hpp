@@ -1,0 +1,49 @@
+// Internal: Consul's JSON wire format, socket-free - the bodies
+// tenure::consul::client sends and the answers it reads, with the Go api's
+// conventions (Value as base64, LockDelay in the Go api's ms, TTL as a Go
+// duration, integers never through a double). A body that does not decode
+// throws decode_failure. Unit-tested in tests/unit/consul_codec_test.cpp.
+#pragma once
+
+#include <tenure/consul/client.hpp>
+
+#include "net/json.hpp"
+
+#include <boost/beast/http/fields.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tenure::consul::detail {
+
+using tenure::detail::as_array;
+using tenure::detail::as_object;
+using tenure::detail::decode_failure;
+using tenure::detail::get_string;
+using tenure::detail::get_string_array;
+using tenure::detail::parse_json;
+
+// Spaces, tabs and line ends off both ends.
+std::string_view trim(std::string_view s);
+// Integers only, never through a double (flags use all 64 bits); missing or null: 0.
+std::uint64_t get_u64(boost::json::object const& o, std::string_view name);
+std::int64_t get_i64(boost::json::object const& o, std::string_view name);
+// A body of `true` or `false` (acquire, release, CAS answers).
+bool parse_bool(std::string_view body);
+
+kv_pair decode_kv(boost::json::value const& v);
+std::vector<kv_pair> decode_kv_list(boost::json::value const& v);  // null: empty
+session_info decode_session(boost::json::value const& v);
+std::vector<session_info> decode_session_list(boost::json::value const& v);  // null: empty
+// A /v1/txn answer: 200 (committed, Results) or 409 (Errors, at least one).
+txn_result decode_txn_result(std::string_view body, bool committed);
+// X-Consul-Index (at least 1), -KnownLeader, -LastContact.
+query_meta decode_meta(boost::beast::http::fields const& h);
+
+std::string encode_session_request(session_request const& r);
+std::string encode_txn(std::vector<txn_op> const& ops);
+std::string encode_check(check_registration const& c);
+
+}  // namespace tenure::consul::detail

@@ -1,0 +1,150 @@
+// Socket-free tests of tenure::consul's JSON codec (src/consul/codec.hpp): the
+// bodies the client sends, read back as Consul's agent reads them, and the
+// answers it decodes, in the shapes Consul writes (api/kv.go, api/session.go,
+// api/txn.go; ../shared/reference/consul-semantics.md).
+#include "consul/codec.hpp"
+
+#include <boost/beast/http/fields.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <limits>
+#include <string>
+
+namespace consul = tenure::consul;
+namespace cd = tenure::consul::detail;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+BOOST_AUTO_TEST_SUITE(consul_codec)
+
+BOOST_AUTO_TEST_CASE(a_kv_entry_decodes_with_base64_value_and_all_64_bits_of_flags) {
+    auto const v = json::parse(R"({"Key":"svc/leader","Value":"bm9kZS0x","Flags":18446744073709551615,
+        "LockIndex":7,"Session":"8d3e","CreateIndex":11,"ModifyIndex":42})");
+    auto const p = cd::decode_kv(v);
+    BOOST_TEST(p.key == "svc/leader");
+    BOOST_REQUIRE(p.value.has_value());
+    BOOST_TEST(*p.value == "node-1");
+    BOOST_TEST(p.flags == std::numeric_limits<std::uint64_t>::max());
+    BOOST_TEST(p.lock_index == 7u);
+    BOOST_TEST(p.session == "8d3e");
+    BOOST_TEST(p.create_index == 11u);
+    BOOST_TEST(p.modify_index == 42u);
+}
+
+BOOST_AUTO_TEST_CASE(a_null_value_is_no_value_and_missing_fields_read_empty) {
+    auto const p = cd::decode_kv(json::parse(R"({"Key":"k","Value":null})"));
+    BOOST_TEST(!p.value.has_value());
+    BOOST_TEST(p.session.empty());
+    BOOST_TEST(p.lock_index == 0u);
+    BOOST_TEST(cd::decode_kv_list(json::value(nullptr)).empty());
+}
+
+BOOST_AUTO_TEST_CASE(bad_answers_are_decode_failures_never_guesses) {
+    BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":"k","Value":"not base64!"})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":"k","Flags":1.5})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":"k","LockIndex":-1})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":7})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"([])")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_kv_list(json::parse(R"({"Key":"k"})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::parse_json("{"), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_session(json::parse(R"({"ID":"a","Behavior":"explode"})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_session(json::parse(R"({"ID":"a","TTL":"15"})")), cd::decode_failure);
+}
+
+BOOST_AUTO_TEST_CASE(a_session_decodes_lock_delay_in_ns_and_ttl_as_a_go_duration) {
+    auto const s = cd::decode_session(json::parse(R"({"ID":"adf4238a","Name":"job","Node":"n1",
+        "LockDelay":15000000000,"Behavior":"delete","TTL":"1m30s","NodeChecks":["serfHealth"],
+        "ServiceChecks":[{"ID":"web","Namespace":""}],"CreateIndex":3,"ModifyIndex":4})"));
+    BOOST_TEST(s.id == "adf4238a");
+    BOOST_TEST(s.name == "job");
+    BOOST_TEST(s.node == "n1");
+    BOOST_TEST(s.lock_delay.count() == std::chrono::nanoseconds(15s).count());
+    BOOST_TEST((s.behavior == consul::session_behavior::delete_keys));
+    BOOST_TEST(s.ttl.count() == std::chrono::nanoseconds(90s).count());
+    BOOST_TEST(s.node_checks == std::vector<std::string>{"serfHealth"});
+    BOOST_TEST(s.service_checks == std::vector<std::string>{"web"});
+    BOOST_TEST(s.create_index == 3u);
+    BOOST_TEST(cd::decode_session_list(json::parse(R"([{"ID":"a"},{"ID":"b"}])")).size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_session_request_sends_lock_delay_zero_and_rounds_sub_ms_up) {
+    consul::session_request r;
+    r.name = "job";
+    r.ttl = 10s;
+    r.lock_delay = 0s;
+    auto o = json::parse(cd::encode_session_request(r)).as_object();
+    BOOST_TEST(o.at("Name").as_string() == "job");
+    BOOST_TEST(o.at("TTL").as_string() == "10s");
+    BOOST_TEST(o.at("LockDelay").as_string() == "0ms");  // the Go api omits 0 and gets 15s
+    BOOST_TEST(o.at("Behavior").as_string() == "release");
+    BOOST_TEST(!o.contains("NodeChecks"));  // nullopt: the server's default
+    r.lock_delay = 300us;
+    r.node_checks = std::vector<std::string>{};
+    r.service_checks = {"web"};
+    o = json::parse(cd::encode_session_request(r)).as_object();
+    BOOST_TEST(o.at("LockDelay").as_string() == "1ms");
+    BOOST_TEST(o.at("NodeChecks").as_array().empty());  // empty: no node checks at all
+    BOOST_TEST(o.at("ServiceChecks").as_array().at(0).as_object().at("ID").as_string() == "web");
+}
+
+BOOST_AUTO_TEST_CASE(a_txn_encodes_each_op_as_consul_reads_kv_txn_ops) {
+    std::vector<consul::txn_op> ops(2);
+    ops[0].verb = "lock";
+    ops[0].key = "k";
+    ops[0].value = "v";
+    ops[0].flags = consul::lock_flag_value;
+    ops[0].session = "s1";
+    ops[1].verb = "check-index";
+    ops[1].key = "k2";
+    ops[1].index = 9;
+    auto const a = json::parse(cd::encode_txn(ops)).as_array();
+    BOOST_REQUIRE_EQUAL(a.size(), 2u);
+    auto const& kv0 = a[0].as_object().at("KV").as_object();
+    BOOST_TEST(kv0.at("Verb").as_string() == "lock");
+    BOOST_TEST(kv0.at("Value").as_string() == "dg==");
+    BOOST_TEST(kv0.at("Flags").to_number<std::uint64_t>() == consul::lock_flag_value);
+    BOOST_TEST(kv0.at("Session").as_string() == "s1");
+    auto const& kv1 = a[1].as_object().at("KV").as_object();
+    BOOST_TEST(!kv1.contains("Value"));
+    BOOST_TEST(kv1.at("Index").to_number<std::uint64_t>() == 9u);
+}
+
+BOOST_AUTO_TEST_CASE(txn_answers_committed_and_rolled_back) {
+    auto const ok = cd::decode_txn_result(
+        R"({"Results":[{"KV":{"Key":"k","LockIndex":3,"Session":"s1","ModifyIndex":20}}],"Errors":null})", true);
+    BOOST_TEST(ok.committed);
+    BOOST_REQUIRE_EQUAL(ok.results.size(), 1u);
+    BOOST_TEST(ok.results[0].lock_index == 3u);
+    auto const no = cd::decode_txn_result(
+        R"({"Results":null,"Errors":[{"OpIndex":0,"What":"failed session check for key \"k\""}]})", false);
+    BOOST_TEST(!no.committed);
+    BOOST_REQUIRE_EQUAL(no.errors.size(), 1u);
+    BOOST_TEST(no.errors[0].op_index == 0u);
+    BOOST_TEST(no.errors[0].what.find("session check") != std::string::npos);
+    BOOST_CHECK_THROW(cd::decode_txn_result(R"({"Errors":[]})", false), cd::decode_failure);
+}
+
+BOOST_AUTO_TEST_CASE(query_meta_index_is_never_below_one) {
+    boost::beast::http::fields h;
+    h.set("X-Consul-Index", " 42 ");
+    h.set("X-Consul-KnownLeader", "true");
+    h.set("X-Consul-LastContact", "7");
+    auto m = cd::decode_meta(h);
+    BOOST_TEST(m.index == 42u);
+    BOOST_TEST(m.known_leader);
+    BOOST_TEST(m.last_contact_ms == 7u);
+    h.set("X-Consul-Index", "0");
+    BOOST_TEST(cd::decode_meta(h).index == 1u);
+    BOOST_TEST(cd::decode_meta(boost::beast::http::fields{}).index == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(acquire_answers_are_true_or_false_only) {
+    BOOST_TEST(cd::parse_bool("true\n"));
+    BOOST_TEST(!cd::parse_bool(" false"));
+    BOOST_CHECK_THROW(cd::parse_bool("yes"), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::parse_bool(""), cd::decode_failure);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
