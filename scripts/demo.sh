@@ -16,4 +16,5 @@ BUILD_TARGETS="tenure_cli cron_three_nodes" bash scripts/build.sh \
   -DTENURE_BUILD_TESTS=OFF -DTENURE_BUILD_BENCH=OFF -DTENURE_BUILD_DOCS=OFF -DTENURE_BUILD_EXAMPLES=ON
 
 BUILD_DIR=${BUILD_DIR:-build}
+echo "demo: running examples/cron_three_nodes"
 exec "$BUILD_DIR/examples/cron_three_nodes" --tenure "$BUILD_DIR/tenure"
