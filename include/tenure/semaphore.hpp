@@ -32,6 +32,10 @@
 /// so the server deletes a dead holder's contender key and leaves no litter
 /// under the prefix. A release-behaviour session works too: its contender key
 /// then stays (unheld) after the session ends, and is still pruned.
+///
+/// Backends: Consul and the embedded agent. On a session created on an
+/// etcd::client, acquire(), try_acquire() and state() complete with
+/// `boost::system::errc::operation_not_supported` (etcd has no semaphore yet).
 #pragma once
 
 #include <tenure/leadership_scope.hpp>

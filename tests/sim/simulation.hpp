@@ -10,7 +10,7 @@
 //         TTL (invalidated at receive time + 2xTTL), lock-delay, KV
 //         acquire/release, LockIndex, watch() wake-ups for blocking queries,
 //         its seeded RNG for blocking-query jitter. Driven with virtual time.
-//   REAL  detail::session_fsm (include/tenure/detail/session_fsm.hpp): each
+//   REAL  detail::session_fsm (src/core/session_fsm.hpp): each
 //         client's renewal schedule, jeopardy retries, local deadline (send
 //         time of the last acknowledged renewal + TTL), loss.
 //   REAL  detail::acquire_backoff: the candidate's retry after a lock-delay
@@ -24,7 +24,7 @@
 //   MODEL of the client, step for step, as callback chains instead of
 //         coroutines (the library reads std::chrono::steady_clock and asio
 //         timers directly, so it cannot run in virtual time unchanged):
-//           session_impl::renew_loop (src/session.cpp): wake at
+//           session_impl::renew_loop (src/core/session.cpp): wake at
 //             fsm.next_wakeup(), check_deadline, renewal attempts capped at
 //             min(local deadline, sent + max(TTL/4, retry interval)),
 //             404 -> invalidated, mark_lost -> every scope loses;
@@ -41,7 +41,7 @@
 //             quick_retake is off (the default);
 //           consul_lock_scope::monitor: blocking reads from the ModifyIndex,
 //             loss when the key is gone or held by another session;
-//           campaign_impl (src/election.cpp): create session -> acquire ->
+//           campaign_loop (src/core/campaign.cpp): create session -> acquire ->
 //             run(work) until lost or the work ends -> release (also after a
 //             local expiry, begin_release) -> retry_backoff -> again;
 //           the consul::client request deadlines (request timeout; blocking
