@@ -211,6 +211,34 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
     co_return a;
 }
 
+// After a lock-delay refusal: retry when the delay ends with the lock alone,
+// guarded by what the read showed (the free key's index, or its absence): no
+// read first, so the first retry is one round trip. The key when taken;
+// nullopt on anything but another lock-delay refusal (the caller reads the
+// key again).
+asio::awaitable<std::optional<consul::kv_pair>> retake_after_lock_delay(consul::client& client,
+                                                                        std::string const& session,
+                                                                        consul::txn_op const& lock_op,
+                                                                        std::optional<consul::kv_pair> const& seen,
+                                                                        acquire_backoff& backoff,
+                                                                        clock::duration lock_delay) {
+    consul::txn_op guard;
+    guard.key = lock_op.key;
+    if (seen) {
+        guard.verb = "check-index";
+        guard.index = seen->modify_index;
+    } else {
+        guard.verb = "check-not-exists";
+    }
+    for (;;) {
+        co_await sleep_until(backoff.refused(clock::now(), lock_delay));
+        std::vector<consul::txn_op> guarded{guard, lock_op};
+        auto again = co_await try_lock(client, std::move(guarded), session);
+        if (again.held) co_return std::move(again.held);
+        if (again.outcome != lock_outcome::lock_delay) co_return std::nullopt;
+    }
+}
+
 }  // namespace
 
 // Watches the key (its own blocking queries, or the prefix's hub); loss when
@@ -266,6 +294,24 @@ asio::awaitable<void> consul_lock_scope::monitor() {
 // (lock-delay) retry when the previous holder's LockDelay ends. The acquire
 // is a one-op transaction so that its answer carries the new LockIndex (the
 // fencing token) and says why a refusal happened, with no second read.
+// The LockDelay of `holder`'s session, asked once per session (this
+// session's own when the server does not say).
+asio::awaitable<clock::duration> consul_session::holder_lock_delay(std::string const& holder) {
+    if (auto known = holder_delays.find(holder); known != holder_delays.end()) co_return known->second;
+    clock::duration delay = options.lock_delay;
+    try {
+        auto info = co_await client.session_info_get(holder);
+        if (info.value) {
+            delay = info.value->lock_delay;
+            if (holder_delays.size() >= 4096) holder_delays.clear();
+            holder_delays.emplace(holder, delay);
+        }
+    } catch (system_error const& ex) {
+        if (is_abort(ex)) throw;
+    }
+    co_return delay;
+}
+
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
                                                                             bool once,
                                                                             std::shared_ptr<kv_watch_hub> hub,
@@ -338,21 +384,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             // Held by another candidate: learn its LockDelay once, then block.
             if (pair->session != last_holder) {
                 last_holder = pair->session;
-                holder_delay = options.lock_delay;
-                if (auto known_delay = holder_delays.find(last_holder); known_delay != holder_delays.end()) {
-                    holder_delay = known_delay->second;
-                } else {
-                    try {
-                        auto info = co_await client.session_info_get(last_holder);
-                        if (info.value) {
-                            holder_delay = info.value->lock_delay;
-                            if (holder_delays.size() >= 4096) holder_delays.clear();
-                            holder_delays.emplace(last_holder, holder_delay);
-                        }
-                    } catch (system_error const& ex) {
-                        if (is_abort(ex)) throw;
-                    }
-                }
+                holder_delay = co_await holder_lock_delay(last_holder);
             }
             backoff.held();
             in_herd.reset();
@@ -387,25 +419,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         if (outcome == lock_outcome::lock_delay) {
             if (once) co_return nullptr;
-            // Retry when the delay ends with the lock alone, guarded by what
-            // the read showed (the free key's index, or its absence): no read
-            // first, so the first retry is one round trip. Anything but
-            // another lock-delay refusal goes back to reading the key.
-            consul::txn_op guard;
-            guard.key = key;
-            if (pair) {
-                guard.verb = "check-index";
-                guard.index = pair->modify_index;
-            } else {
-                guard.verb = "check-not-exists";
-            }
-            for (;;) {
-                co_await sleep_until(backoff.refused(clock::now(), options.lock_delay));
-                std::vector<consul::txn_op> guarded{guard, lock_op};
-                auto const again = co_await try_lock(client, std::move(guarded), id);
-                if (again.held) co_return acquired(*again.held);
-                if (again.outcome != lock_outcome::lock_delay) break;
-            }
+            if (auto held = co_await retake_after_lock_delay(client, id, lock_op, pair, backoff, options.lock_delay))
+                co_return acquired(*held);
             in_herd.reset();
             index = 0;
             known.reset();

@@ -95,6 +95,7 @@ struct consul_session final : session_impl {
     asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,
                                                                  bool once);
     asio::awaitable<claim_holders> read_slots(std::string prefix, int limit);
+    asio::awaitable<clock::duration> holder_lock_delay(std::string const& holder);
 };
 
 // Consul's session and lock algorithm (lock.cpp).
