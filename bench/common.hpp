@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -44,6 +45,16 @@ using steady = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 inline double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// What the std::exception behind `e` says (anything else is rethrown): for
+// the completion handlers of co_spawn.
+inline std::string message_of(std::exception_ptr e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (std::exception const& x) {
+        return x.what();
+    }
+}
 
 // Boost.Process v2 initializer: the child gets SIGKILL when the bench dies, so
 // an interrupted run leaves no agent or candidate behind.

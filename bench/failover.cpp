@@ -69,6 +69,7 @@
 // (etcdctl: -> the next process printed its key).
 #include "etcd_cluster.hpp"
 #include "failover.hpp"
+#include "failover_run.hpp"
 
 #include <tenure/election.hpp>
 
@@ -105,60 +106,31 @@ int run_child(std::string url, std::string key, std::chrono::milliseconds ttl, s
 // ---------------------------------------------------------------------------
 // One run: a backend, a scenario, K candidates, N handovers.
 
-struct candidate {
-    candidate(asio::any_io_executor ex, int i) : id(i), name("bench-" + std::to_string(i)), resume(ex) {}
-    int id;
-    std::string name;
-    std::unique_ptr<consul::client> cl;
-    tenure::session s;
-    std::optional<tenure::election> e;
-    tenure::leadership_scope scope;
+struct candidate : tenure_candidate<consul::client> {
+    using tenure_candidate::tenure_candidate;
     std::shared_ptr<bool> probe_fail;  // probe scenario: the session's health_probe answers !*probe_fail
-    bool new_session = false;          // set by the controller after an invalidation
-    bool may_campaign = true;
-    asio::steady_timer resume;
-    asio::cancellation_signal stop;
-};
-
-struct child_proc {
-    std::unique_ptr<asio::readable_pipe> out;
-    std::unique_ptr<bp::process> proc;
-    std::string buf;
 };
 
 class run {
 public:
     run(config const& cfg, scenario_def const& sc, backend& be, int k, std::string self_exe)
-        : cfg_(cfg), sc_(sc), be_(be), k_(k), self_(std::move(self_exe)), wake_(be.executor()) {}
+        : cfg_(cfg), sc_(sc), be_(be), k_(k), self_(std::move(self_exe)), wake_(be.executor()), cands_(wake_) {}
 
     asio::awaitable<result_set> go();
 
 private:
-    asio::awaitable<void> candidate_loop(candidate& c);
-    void elected(candidate& c, steady::time_point t) {
-        if (!winner_) {
-            winner_ = &c;
-            t3_ = t;
-        } else {
-            ++double_wins_;
-        }
-        wake_.cancel();
+    asio::awaitable<candidate*> next_winner(steady::time_point deadline) {
+        return cands_.next_winner(deadline, [this] { return cands_.failure(); });
     }
-    asio::awaitable<candidate*> next_winner(steady::time_point deadline);
     asio::awaitable<void> hold(int followers, bool leader_monitor);
     void arm_observer(std::string const& sid, bool key_mode);
     asio::awaitable<void> observe(std::string sid, bool key_mode);
     void disarm_observer();
     asio::awaitable<void> swap_to(candidate& w, std::string const& sid, std::string const& value);
-    asio::awaitable<std::string> read_child_line(child_proc& ch);
     // Each sign of the invalidation (or release) is an upper bound: keep the earliest.
     void set_t1(steady::time_point t) {
         if (!t1_ || t < *t1_) t1_ = t;
         wake_.cancel();
-    }
-    void resume_candidate(candidate& c) {
-        c.may_campaign = true;
-        c.resume.cancel();
     }
     std::chrono::nanoseconds delay() const { return sc_.delay ? std::chrono::nanoseconds(cfg_.lock_delay) : 0ns; }
     steady::duration round_timeout() const { return 2 * cfg_.ttl + cfg_.lock_delay + 10s; }
@@ -170,15 +142,9 @@ private:
     std::string self_;
     std::string key_;
     tenure::session_options so_;
-    std::vector<std::unique_ptr<candidate>> cands_;
     std::unique_ptr<consul::client> admin_;  // the raw session, the hand-over txn, the http observer
     asio::steady_timer wake_;                // the controller waits on it
-    candidate* winner_ = nullptr;
-    steady::time_point t3_{};
-    int double_wins_ = 0;
-    bool stopping_ = false;
-    int finished_ = 0;
-    std::string failure_;
+    candidate_set<candidate> cands_;
 
     // Observation of the round's invalidation (or key release).
     std::string watch_sid_;
@@ -192,56 +158,6 @@ private:
     int rejects_ = 0;
     std::mt19937_64 rng_{std::random_device{}()};
 };
-
-asio::awaitable<void> run::candidate_loop(candidate& c) {
-    try {
-        while (!stopping_) {
-            if (c.new_session || !c.s.valid() || c.s.state() == tenure::session_state::lost) {
-                c.new_session = false;
-                tenure::session_options so = so_;
-                so.name = c.name;
-                if (sc_.name == "probe") {
-                    auto flag = std::make_shared<bool>(false);
-                    c.probe_fail = flag;
-                    so.health_probe = [flag] { return !*flag; };
-                }
-                c.e.reset();
-                c.s = tenure::session{};  // the old one closes in the background
-                c.s = co_await tenure::session::create(*c.cl, so);
-                c.e.emplace(c.s, key_, c.name);
-            }
-            auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
-            auto const t = steady::now();
-            if (stopping_ || ec == asio::error::operation_aborted) break;
-            if (ec) {
-                c.new_session = true;  // our session was lost while waiting
-                continue;
-            }
-            c.scope = std::move(scope);
-            c.may_campaign = false;
-            elected(c, t);
-            while (!c.may_campaign && !stopping_) {
-                c.resume.expires_at(steady::time_point::max());
-                co_await c.resume.async_wait(tuple_awaitable);
-            }
-        }
-    } catch (boost::system::system_error const& e) {
-        if (e.code() != asio::error::operation_aborted) throw;
-    }
-    // Stopped: release and close before the client goes away.
-    co_await asio::this_coro::reset_cancellation_state();
-    if (c.scope.held()) co_await c.scope.release(tuple_awaitable);
-    if (c.s.valid() && c.s.state() != tenure::session_state::lost) co_await c.s.close(tuple_awaitable);
-}
-
-asio::awaitable<candidate*> run::next_winner(steady::time_point deadline) {
-    co_await wait_until(wake_, [&] { return winner_ != nullptr || !failure_.empty(); }, deadline);
-    if (!failure_.empty()) throw std::runtime_error(failure_);
-    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-    auto* w = winner_;
-    winner_ = nullptr;
-    co_return w;
-}
 
 // Lets the followers park in their blocking queries before the term ends.
 asio::awaitable<void> run::hold(int followers, bool leader_monitor) {
@@ -337,25 +253,13 @@ asio::awaitable<void> run::swap_to(candidate& w, std::string const& sid, std::st
     // The previous winner notices (released_by_other) and campaigns again.
     co_await w.scope.wait_lost(tuple_awaitable);
     w.scope = tenure::leadership_scope{};
-    resume_candidate(w);
-}
-
-asio::awaitable<std::string> run::read_child_line(child_proc& ch) {
-    auto [ec, n] = co_await asio::async_read_until(*ch.out, asio::dynamic_buffer(ch.buf), '\n', tuple_awaitable);
-    if (ec) throw std::runtime_error("the --candidate child exited: " + ec.message());
-    std::string line = ch.buf.substr(0, n - 1);
-    ch.buf.erase(0, n);
-    co_return line;
+    cands_.resume(w);
 }
 
 asio::awaitable<result_set> run::go() {
     auto ex = co_await asio::this_coro::executor;
-    result_set out;
-    out.backend = be_.name();
-    out.scenario = sc_.name;
-    out.candidates = k_;
-    out.lock_delay_ms = ms(delay());
-    out.ttl_ms = static_cast<double>(cfg_.ttl.count());
+    result_set out =
+        new_result_set(be_.name(), sc_.name, k_, ms(delay()), static_cast<double>(cfg_.ttl.count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
 
     key_ = "bench/failover/" + sc_.name + "/" + std::to_string(k_) + "/" +
@@ -394,31 +298,21 @@ asio::awaitable<result_set> run::go() {
 
     // The candidates in this process: K, or K-1 beside the raw session / child leader.
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
-    for (int i = 0; i < local; ++i) {
-        cands_.push_back(std::make_unique<candidate>(ex, i));
-        cands_.back()->cl = be_.make_client();
-    }
-    for (auto& c : cands_) {
-        asio::co_spawn(ex, candidate_loop(*c),
-                       asio::bind_cancellation_slot(c->stop.slot(), [this](std::exception_ptr e) {
-                           ++finished_;
-                           if (e) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure_ = std::string("candidate failed: ") + x.what();
-                               }
-                           }
-                           wake_.cancel();
-                       }));
-    }
+    bool const probe = sc_.name == "probe";
+    cands_.start(
+        ex, local, [this] { return be_.make_client(); }, key_, so_,
+        [probe](candidate& c, tenure::session_options& so) {
+            if (!probe) return;
+            auto flag = std::make_shared<bool>(false);
+            c.probe_fail = flag;
+            so.health_probe = [flag] { return !*flag; };
+        });
 
     std::optional<child_proc> child;
-    char const* label_fmt = "\r  %-6s %-10s K=%-3d %4d/%d handovers";
     try {
         candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
         for (int i = 0; i < n; ++i) {
-            std::fprintf(stderr, label_fmt, be_.name().c_str(), sc_.name.c_str(), k_, i, n);
+            print_progress(6, be_.name(), sc_.name, k_, i, n);
             sample s;
             s.lock_delay = ms(delay());
             std::string sid;
@@ -436,20 +330,13 @@ asio::awaitable<result_set> run::go() {
                 std::string value = "raw";
                 co_await swap_to(*leader, sid, value);
             } else if (sc_.leader == leader_kind::child) {
-                child.emplace();
-                child->out = std::make_unique<asio::readable_pipe>(ex);
                 std::vector<std::string> args{"--candidate", "--consul", be_.url(), "--key", key_,
                                               "--ttl-ms", std::to_string(cfg_.ttl.count()),
                                               "--lock-delay-ms", std::to_string(cfg_.lock_delay.count())};
-                child->proc = std::make_unique<bp::process>(ex, self_, args, bp::process_stdio{{}, *child->out, {}},
-                                                            die_with_parent{});
-                std::string ready = co_await read_child_line(*child);
-                if (ready.rfind("READY ", 0) != 0) throw std::runtime_error("child said: " + ready);
-                sid = ready.substr(6);
+                sid = co_await start_child(child, self_, args);
                 std::string value = "child";
                 co_await swap_to(*leader, sid, value);
-                std::string elected_line = co_await read_child_line(*child);
-                if (elected_line.rfind("ELECTED ", 0) != 0) throw std::runtime_error("child said: " + elected_line);
+                co_await expect_child_line(*child, "ELECTED ");
             } else {
                 sid = leader->s.id();
                 if (sc_.name == "check-fail") {
@@ -510,64 +397,37 @@ asio::awaitable<result_set> run::go() {
             TRACE("term ended");
             // 4. The next leader.
             candidate* next = co_await next_winner(steady::now() + round_timeout());
-            auto const t3 = t3_;
+            auto const t3 = cands_.elected_at();
             co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
             if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
                 co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
             disarm_observer();
             co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
             TRACE("winner %d, t1 %d", next->id, int(t1_.has_value()));
-            if (sc_.name == "ttl" && t1_) t0 = *t1_;
-            s.latency = ms(t3 - t0);
-            if (t1_) {
-                s.detection = ms(*t1_ - t0);
-                s.acquisition = ms(t3 - *t1_) - s.lock_delay;
-            }
+            auto const ended = set_timings(s, sc_.name == "ttl", t0, t1_, t3, t_renew);
             if (be_.agent()) s.rejected = rejects_;
-            if (t_query_) s.query_detection = ms(*t_query_ - t0);
-            if (sc_.name == "ttl") {
-                if (t1_) s.renew_to_inval = ms(*t1_ - t_renew);
-                s.from_renewal = ms(t3 - t_renew);
-            }
+            if (t_query_) s.query_detection = ms(*t_query_ - ended);
             out.samples.push_back(s);
 
             // 5. The old leader campaigns again.
-            if (sc_.leader == leader_kind::candidate) {
-                leader->scope = tenure::leadership_scope{};
-                if (sc_.name != "clean") leader->new_session = true;
-                resume_candidate(*leader);
-            } else if (child) {
-                co_await child->proc->async_wait(tuple_awaitable);
-                child.reset();
-            }
+            co_await retire_leader(cands_, *leader, sc_, child);
             leader = next;
             TRACE("round done");
         }
-        std::fprintf(stderr, label_fmt, be_.name().c_str(), sc_.name.c_str(), k_, n, n);
+        print_progress(6, be_.name(), sc_.name, k_, n, n);
         std::fprintf(stderr, "\n");
     } catch (std::exception const& e) {
-        std::fprintf(stderr, "\n  %s %s K=%d stopped after %zu handovers: %s\n", be_.name().c_str(), sc_.name.c_str(),
-                     k_, out.samples.size(), e.what());
+        print_stopped(be_.name(), sc_.name, k_, out.samples.size(), e.what());
     }
-    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+    cands_.warn_double_wins();
 
     // Stop: every candidate releases and closes its session.
     disarm_observer();
     co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
-    if (child && child->proc->running()) {
-        ::kill(child->proc->id(), SIGKILL);
-        co_await child->proc->async_wait(tuple_awaitable);
-    }
+    co_await kill_child(child);
     TRACE("stopping");
-    stopping_ = true;
-    for (auto& c : cands_) {
-        c->stop.emit(asio::cancellation_type::terminal);
-        c->resume.cancel();
-    }
-    co_await wait_until(wake_, [&] { return finished_ == local; }, steady::now() + 15s);
-    if (finished_ != local) std::fprintf(stderr, "  warning: %d candidates did not stop\n", local - finished_);
-    co_await sleep_for(20ms);  // background closes of replaced sessions
-    for (auto& c : cands_) c->cl->close();
+    co_await cands_.stop();
+    cands_.close_clients();
     admin_->close();
     be_.on_log({});
     if (auto* a = be_.agent()) {

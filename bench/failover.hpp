@@ -99,6 +99,18 @@ struct result_set {
     std::string load;  // load average after the run
 };
 
+// A run's result set before its first sample.
+inline result_set new_result_set(std::string backend, std::string scenario, int k, double lock_delay_ms,
+                                 double ttl_ms) {
+    result_set r;
+    r.backend = std::move(backend);
+    r.scenario = std::move(scenario);
+    r.candidates = k;
+    r.lock_delay_ms = lock_delay_ms;
+    r.ttl_ms = ttl_ms;
+    return r;
+}
+
 template <class F>
 std::vector<double> column(std::vector<sample> const& v, F f) {
     std::vector<double> out;
@@ -151,11 +163,7 @@ int run_candidate(asio::io_context& io, Client& cl, std::string key, std::chrono
         },
         [&](std::exception_ptr e) {
             if (e) {
-                try {
-                    std::rethrow_exception(e);
-                } catch (std::exception const& x) {
-                    std::fprintf(stderr, "%s: %s\n", what, x.what());
-                }
+                std::fprintf(stderr, "%s: %s\n", what, message_of(e).c_str());
                 rc = 1;
             }
             cl.close();

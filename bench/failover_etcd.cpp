@@ -35,6 +35,7 @@
 #include "failover.hpp"
 
 #include "etcd_cluster.hpp"
+#include "failover_run.hpp"
 
 #include <tenure/election.hpp>
 #include <tenure/etcd/client.hpp>
@@ -62,7 +63,7 @@ std::string election_name(std::string const& backend, std::string const& scenari
 }
 
 // The election's keys as seen by a watch on its prefix. arm(key): the first
-// DELETE of `key` read afterwards sets t1().
+// DELETE of `key` read afterwards is what deleted_at() returns.
 class prefix_tracker {
 public:
     prefix_tracker(etcd::client& c, std::string prefix, asio::steady_timer& wake)
@@ -79,13 +80,7 @@ public:
         asio::co_spawn(ex, loop(std::move(w)),
                        asio::bind_cancellation_slot(stop_.slot(), [this](std::exception_ptr e) {
                            running_ = false;
-                           if (e && !stopped_) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure = std::string("prefix watch failed: ") + x.what();
-                               }
-                           }
+                           if (e && !stopped_) failure = "prefix watch failed: " + message_of(e);
                            wake_.cancel();
                        }));
     }
@@ -101,7 +96,22 @@ public:
         t1_.reset();
     }
     void disarm() { armed_.clear(); }
-    std::optional<steady::time_point> const& t1() const { return t1_; }
+
+    // After the next leader: waits up to 2 s (or until failure() names one)
+    // for the armed key's DELETE, disarms, and returns when it was read.
+    template <class Failure>
+    asio::awaitable<std::optional<steady::time_point>> deleted_at(Failure failure) {
+        co_await wait_until(wake_, [&] { return t1_.has_value() || !failure().empty(); }, steady::now() + 2s);
+        auto const t1 = t1_;
+        disarm();
+        co_return t1;
+    }
+
+    // Stops the watch and waits up to 5 s for it to end.
+    asio::awaitable<void> shut_down() {
+        stop();
+        co_await wait_until(wake_, [&] { return !running_; }, steady::now() + 5s);
+    }
 
     std::size_t size() const { return live_.size(); }
     bool has(std::string const& key) const { return live_.count(key) != 0; }
@@ -155,45 +165,25 @@ double hold_ms(config const& cfg, int k) { return cfg.hold_ms ? *cfg.hold_ms : 1
 // ---------------------------------------------------------------------------
 // tenure candidates on etcd.
 
-struct etcd_candidate {
-    etcd_candidate(asio::any_io_executor ex, int i) : id(i), name("bench-" + std::to_string(i)), resume(ex) {}
-    int id;
-    std::string name;
-    std::unique_ptr<etcd::client> cl;
-    tenure::session s;
-    std::optional<tenure::election> e;
-    tenure::leadership_scope scope;
-    bool new_session = false;  // set by the controller when the lease is gone or the key was taken
-    bool may_campaign = true;
-    asio::steady_timer resume;
-    asio::cancellation_signal stop;
-};
-
-struct child_proc {
-    std::unique_ptr<asio::readable_pipe> out;
-    std::unique_ptr<bp::process> proc;
-    std::string buf;
-};
+using etcd_candidate = tenure_candidate<etcd::client>;
 
 class etcd_run {
 public:
     etcd_run(config const& cfg, scenario_def const& sc, etcd_server& server, int k, std::string self,
              asio::any_io_executor ex)
-        : cfg_(cfg), sc_(sc), server_(server), k_(k), self_(std::move(self)), wake_(ex) {}
+        : cfg_(cfg), sc_(sc), server_(server), k_(k), self_(std::move(self)), wake_(ex), cands_(wake_) {}
 
     asio::awaitable<result_set> go();
 
 private:
-    asio::awaitable<void> candidate_loop(etcd_candidate& c);
-    asio::awaitable<etcd_candidate*> next_winner(steady::time_point deadline);
-    asio::awaitable<void> hold();
-    asio::awaitable<std::string> read_child_line(child_proc& ch);
-    void resume_candidate(etcd_candidate& c) {
-        c.may_campaign = true;
-        c.resume.cancel();
+    asio::awaitable<etcd_candidate*> next_winner(steady::time_point deadline) {
+        return cands_.next_winner(deadline, [this] { return check(); });
     }
+    asio::awaitable<void> hold();
     std::string key_of(etcd_candidate const& c) const { return name_ + "/" + c.s.id(); }
-    std::string check() const { return !failure_.empty() ? failure_ : tracker_ ? tracker_->failure : std::string(); }
+    std::string check() const {
+        return !cands_.failure().empty() ? cands_.failure() : tracker_ ? tracker_->failure : std::string();
+    }
 
     config const& cfg_;
     scenario_def const& sc_;
@@ -202,69 +192,13 @@ private:
     std::string self_;
     std::string name_;  // the election's name; its keys are name_/<lease hex>
     tenure::session_options so_;
-    std::vector<std::unique_ptr<etcd_candidate>> cands_;
     std::unique_ptr<etcd::client> admin_;  // the prefix watch, raw leases, the hand-over txn
     std::unique_ptr<prefix_tracker> tracker_;
     asio::steady_timer wake_;
-    etcd_candidate* winner_ = nullptr;
-    steady::time_point t3_{};
-    int double_wins_ = 0;
-    bool stopping_ = false;
-    int finished_ = 0;
-    std::string failure_;
+    candidate_set<etcd_candidate> cands_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::uniform_int_distribution<long> expiry_phase{0, 500'000};  // us
 };
-
-asio::awaitable<void> etcd_run::candidate_loop(etcd_candidate& c) {
-    try {
-        while (!stopping_) {
-            if (c.new_session || !c.s.valid() || c.s.state() == tenure::session_state::lost) {
-                c.new_session = false;
-                tenure::session_options so = so_;
-                so.name = c.name;
-                c.e.reset();
-                c.s = tenure::session{};  // the old one closes (revokes its lease) in the background
-                c.s = co_await tenure::session::create(*c.cl, so);
-                c.e.emplace(c.s, name_, c.name);
-            }
-            auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
-            auto const t = steady::now();
-            if (stopping_ || ec == asio::error::operation_aborted) break;
-            if (ec) {
-                c.new_session = true;  // our lease or key died while we waited
-                continue;
-            }
-            c.scope = std::move(scope);
-            c.may_campaign = false;
-            if (!winner_) {
-                winner_ = &c;
-                t3_ = t;
-            } else {
-                ++double_wins_;
-            }
-            wake_.cancel();
-            while (!c.may_campaign && !stopping_) {
-                c.resume.expires_at(steady::time_point::max());
-                co_await c.resume.async_wait(tuple_awaitable);
-            }
-        }
-    } catch (boost::system::system_error const& e) {
-        if (e.code() != asio::error::operation_aborted) throw;
-    }
-    co_await asio::this_coro::reset_cancellation_state();
-    if (c.scope.held()) co_await c.scope.release(tuple_awaitable);
-    if (c.s.valid() && c.s.state() != tenure::session_state::lost) co_await c.s.close(tuple_awaitable);
-}
-
-asio::awaitable<etcd_candidate*> etcd_run::next_winner(steady::time_point deadline) {
-    co_await wait_until(wake_, [&] { return winner_ != nullptr || !check().empty(); }, deadline);
-    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
-    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-    auto* w = winner_;
-    winner_ = nullptr;
-    co_return w;
-}
 
 // Every candidate has its key in line, then the followers get time to park
 // their watches.
@@ -284,23 +218,11 @@ asio::awaitable<void> etcd_run::hold() {
     co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
 }
 
-asio::awaitable<std::string> etcd_run::read_child_line(child_proc& ch) {
-    auto [ec, n] = co_await asio::async_read_until(*ch.out, asio::dynamic_buffer(ch.buf), '\n', tuple_awaitable);
-    if (ec) throw std::runtime_error("the --candidate child exited: " + ec.message());
-    std::string line = ch.buf.substr(0, n - 1);
-    ch.buf.erase(0, n);
-    co_return line;
-}
-
 asio::awaitable<result_set> etcd_run::go() {
     auto ex = co_await asio::this_coro::executor;
     auto const ttl = etcd_ttl(cfg_.ttl);
-    result_set out;
-    out.backend = "etcd";
-    out.scenario = sc_.name;
-    out.candidates = k_;
-    out.lock_delay_ms = 0;
-    out.ttl_ms = static_cast<double>(std::chrono::milliseconds(ttl).count());
+    result_set out =
+        new_result_set("etcd", sc_.name, k_, 0, static_cast<double>(std::chrono::milliseconds(ttl).count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
 
     name_ = election_name("etcd", sc_.name, k_);
@@ -312,31 +234,13 @@ asio::awaitable<result_set> etcd_run::go() {
 
     // K candidates, or K-1 beside the raw lease / the child.
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
-    for (int i = 0; i < local; ++i) {
-        cands_.push_back(std::make_unique<etcd_candidate>(ex, i));
-        cands_.back()->cl = make_client(ex, server_);
-    }
-    for (auto& c : cands_) {
-        asio::co_spawn(ex, candidate_loop(*c),
-                       asio::bind_cancellation_slot(c->stop.slot(), [this](std::exception_ptr e) {
-                           ++finished_;
-                           if (e) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure_ = std::string("candidate failed: ") + x.what();
-                               }
-                           }
-                           wake_.cancel();
-                       }));
-    }
+    cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_);
 
     std::optional<child_proc> child;
-    char const* label_fmt = "\r  %-7s %-10s K=%-3d %4d/%d handovers";
     try {
         etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
         for (int i = 0; i < n; ++i) {
-            std::fprintf(stderr, label_fmt, "etcd", sc_.name.c_str(), k_, i, n);
+            print_progress(7, "etcd", sc_.name, k_, i, n);
             sample s;
             s.lock_delay = 0;
             std::string leader_key;
@@ -364,20 +268,15 @@ asio::awaitable<result_set> etcd_run::go() {
                 co_await leader->scope.wait_lost(tuple_awaitable);  // released_by_other
                 leader->scope = tenure::leadership_scope{};
                 leader->new_session = true;  // its key name belongs to the raw lease now
-                resume_candidate(*leader);
+                cands_.resume(*leader);
             } else if (sc_.leader == leader_kind::child) {
                 // A random start: the child's keepalives (and so its lease's expiry) fall
                 // at any phase of etcd's 500 ms expiry check.
                 co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
-                child.emplace();
-                child->out = std::make_unique<asio::readable_pipe>(ex);
                 std::vector<std::string> args{"--candidate", "--etcd", server_.url(), "--key", name_,
                                               "--ttl-ms", std::to_string(std::chrono::milliseconds(ttl).count())};
-                child->proc = std::make_unique<bp::process>(ex, self_, args, bp::process_stdio{{}, *child->out, {}},
-                                                            die_with_parent{});
-                std::string ready = co_await read_child_line(*child);
-                if (ready.rfind("READY ", 0) != 0) throw std::runtime_error("child said: " + ready);
-                leader_key = name_ + "/" + ready.substr(6);
+                std::string const child_lease = co_await start_child(child, self_, args);
+                leader_key = name_ + "/" + child_lease;
                 co_await wait_until(wake_, [&] { return tracker_->has(leader_key) || !check().empty(); },
                                     steady::now() + 10s);
                 if (!tracker_->has(leader_key)) throw std::runtime_error("the child's key did not appear");
@@ -388,14 +287,12 @@ asio::awaitable<result_set> etcd_run::go() {
                     co_await leader->scope.release(tuple_awaitable);
                     leader->scope = tenure::leadership_scope{};
                     if (child_next) {
-                        std::string elected_line = co_await read_child_line(*child);
-                        if (elected_line.rfind("ELECTED ", 0) != 0)
-                            throw std::runtime_error("child said: " + elected_line);
-                        resume_candidate(*leader);
+                        co_await expect_child_line(*child, "ELECTED ");
+                        cands_.resume(*leader);
                         break;
                     }
                     auto* w = co_await next_winner(steady::now() + 10s);
-                    resume_candidate(*leader);
+                    cands_.resume(*leader);
                     leader = w;
                     std::string const wk = key_of(*w);
                     co_await wait_until(
@@ -437,59 +334,28 @@ asio::awaitable<result_set> etcd_run::go() {
             // 4. The next leader.
             auto const timeout = sc_.slow ? 2 * ttl + 10s : 10s;
             etcd_candidate* next = co_await next_winner(steady::now() + timeout);
-            auto const t3 = t3_;
-            co_await wait_until(wake_, [&] { return tracker_->t1().has_value() || !check().empty(); },
-                                steady::now() + 2s);
-            auto const t1 = tracker_->t1();
-            tracker_->disarm();
-            if (sc_.name == "ttl" && t1) t0 = *t1;
-            s.latency = ms(t3 - t0);
-            if (t1) {
-                s.detection = ms(*t1 - t0);
-                s.acquisition = ms(t3 - *t1);
-            }
-            if (sc_.name == "ttl") {
-                if (t1) s.renew_to_inval = ms(*t1 - t_renew);
-                s.from_renewal = ms(t3 - t_renew);
-            }
+            auto const t3 = cands_.elected_at();
+            auto const t1 = co_await tracker_->deleted_at([this] { return check(); });
+            set_timings(s, sc_.name == "ttl", t0, t1, t3, t_renew);
             out.samples.push_back(s);
             TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
 
             // 5. The old leader campaigns again.
-            if (sc_.leader == leader_kind::candidate) {
-                leader->scope = tenure::leadership_scope{};
-                if (sc_.name != "clean") leader->new_session = true;  // its lease is gone
-                resume_candidate(*leader);
-            } else if (child) {
-                co_await child->proc->async_wait(tuple_awaitable);
-                child.reset();
-            }
+            co_await retire_leader(cands_, *leader, sc_, child);
             leader = next;
         }
-        std::fprintf(stderr, label_fmt, "etcd", sc_.name.c_str(), k_, n, n);
+        print_progress(7, "etcd", sc_.name, k_, n, n);
         std::fprintf(stderr, "\n");
     } catch (std::exception const& e) {
-        std::fprintf(stderr, "\n  etcd %s K=%d stopped after %zu handovers: %s\n", sc_.name.c_str(), k_,
-                     out.samples.size(), e.what());
+        print_stopped("etcd", sc_.name, k_, out.samples.size(), e.what());
     }
-    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+    cands_.warn_double_wins();
 
     // Stop: every candidate resigns and revokes its lease.
-    if (child && child->proc->running()) {
-        ::kill(child->proc->id(), SIGKILL);
-        co_await child->proc->async_wait(tuple_awaitable);
-    }
-    stopping_ = true;
-    for (auto& c : cands_) {
-        c->stop.emit(asio::cancellation_type::terminal);
-        c->resume.cancel();
-    }
-    co_await wait_until(wake_, [&] { return finished_ == local; }, steady::now() + 15s);
-    if (finished_ != local) std::fprintf(stderr, "  warning: %d candidates did not stop\n", local - finished_);
-    co_await sleep_for(20ms);  // background closes of replaced sessions
-    tracker_->stop();
-    co_await wait_until(wake_, [&] { return !tracker_->running(); }, steady::now() + 5s);
-    for (auto& c : cands_) c->cl->close();
+    co_await kill_child(child);
+    co_await cands_.stop();
+    co_await tracker_->shut_down();
+    cands_.close_clients();
     admin_->close();
     out.load = loadavg();
     co_return out;
@@ -520,7 +386,9 @@ public:
 private:
     asio::awaitable<void> spawn();
     asio::awaitable<void> read_loop(std::shared_ptr<ctl_proc> p);
-    asio::awaitable<std::shared_ptr<ctl_proc>> next_winner(steady::time_point deadline);
+    asio::awaitable<std::shared_ptr<ctl_proc>> next_winner(steady::time_point deadline) {
+        return winners_.take(wake_, [this] { return check(); }, deadline);
+    }
     std::string check() const { return !failure_.empty() ? failure_ : tracker_ ? tracker_->failure : std::string(); }
     // The end of what the etcdctl processes wrote to stderr.
     std::string stderr_tail() const {
@@ -548,9 +416,7 @@ private:
     std::unique_ptr<etcd::client> admin_;
     std::unique_ptr<prefix_tracker> tracker_;
     asio::steady_timer wake_;
-    std::shared_ptr<ctl_proc> winner_;
-    steady::time_point t3_{};
-    int double_wins_ = 0;
+    winner_slot<std::shared_ptr<ctl_proc>> winners_;
     int readers_ = 0;
     std::string failure_;
     std::mt19937_64 rng_{std::random_device{}()};
@@ -569,13 +435,7 @@ asio::awaitable<void> etcdctl_run::read_loop(std::shared_ptr<ctl_proc> p) {
         buf.erase(0, n);
         if (p->key.empty()) {
             p->key = line;
-            if (!winner_) {
-                winner_ = p;
-                t3_ = t;
-            } else {
-                ++double_wins_;
-            }
-            wake_.cancel();
+            winners_.elected(p, t, wake_);
         }
     }
     p->exited = true;
@@ -602,24 +462,11 @@ asio::awaitable<void> etcdctl_run::spawn() {
     if (tracker_->size() < want) throw std::runtime_error("etcdctl " + std::to_string(p->id) + " made no key");
 }
 
-asio::awaitable<std::shared_ptr<ctl_proc>> etcdctl_run::next_winner(steady::time_point deadline) {
-    co_await wait_until(wake_, [&] { return winner_ != nullptr || !check().empty(); }, deadline);
-    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
-    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-    auto w = std::move(winner_);
-    winner_.reset();
-    co_return w;
-}
-
 asio::awaitable<result_set> etcdctl_run::go() {
     auto ex = co_await asio::this_coro::executor;
     bool const kill9 = sc_.name == "kill";
-    result_set out;
-    out.backend = "etcdctl";
-    out.scenario = sc_.name;
-    out.candidates = k_;
-    out.lock_delay_ms = 0;
-    out.ttl_ms = 60'000;  // concurrency.NewSession's default; etcdctl elect has no flag for it
+    // Lease TTL 60 s: concurrency.NewSession's default; etcdctl elect has no flag for it.
+    result_set out = new_result_set("etcdctl", sc_.name, k_, 0, 60'000);
     int const n = kill9 ? cfg_.etcdctl_kill_handovers : cfg_.handovers;
 
     binary_ = find_executable("etcdctl", "ETCDCTL_BINARY");
@@ -633,7 +480,6 @@ asio::awaitable<result_set> etcdctl_run::go() {
     tracker_ = std::make_unique<prefix_tracker>(*admin_, name_ + "/", wake_);
     co_await tracker_->start();
 
-    char const* label_fmt = "\r  %-7s %-10s K=%-3d %4d/%d handovers";
     try {
         for (int i = 0; i < k_; ++i) {
             std::fprintf(stderr, "\r  etcdctl %-10s K=%-3d starting %d/%d", sc_.name.c_str(), k_, i, k_);
@@ -641,7 +487,7 @@ asio::awaitable<result_set> etcdctl_run::go() {
         }
         auto leader = co_await next_winner(steady::now() + 10s);
         for (int i = 0; i < n; ++i) {
-            std::fprintf(stderr, label_fmt, "etcdctl", sc_.name.c_str(), k_, i, n);
+            print_progress(7, "etcdctl", sc_.name, k_, i, n);
             sample s;
             s.lock_delay = 0;
             co_await wait_until(wake_, [&] { return tracker_->size() == static_cast<std::size_t>(k_); },
@@ -662,16 +508,9 @@ asio::awaitable<result_set> etcdctl_run::go() {
             ::kill(leader->proc->id(), kill9 ? SIGKILL : SIGINT);
 
             auto next = co_await next_winner(steady::now() + (kill9 ? 75s : 10s));
-            auto const t3 = t3_;
-            co_await wait_until(wake_, [&] { return tracker_->t1().has_value() || !check().empty(); },
-                                steady::now() + 2s);
-            auto const t1 = tracker_->t1();
-            tracker_->disarm();
-            s.latency = ms(t3 - t0);
-            if (t1) {
-                s.detection = ms(*t1 - t0);
-                s.acquisition = ms(t3 - *t1);
-            }
+            auto const t3 = winners_.elected_at();
+            auto const t1 = co_await tracker_->deleted_at([this] { return check(); });
+            set_timings(s, false, t0, t1, t3, {});  // etcdctl runs no ttl scenario
             out.samples.push_back(s);
             TRACE("etcdctl %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
 
@@ -682,13 +521,13 @@ asio::awaitable<result_set> etcdctl_run::go() {
             co_await spawn();
             leader = next;
         }
-        std::fprintf(stderr, label_fmt, "etcdctl", sc_.name.c_str(), k_, n, n);
+        print_progress(7, "etcdctl", sc_.name, k_, n, n);
         std::fprintf(stderr, "\n");
     } catch (std::exception const& e) {
         std::fprintf(stderr, "\n  etcdctl %s K=%d stopped after %zu handovers: %s\n--- etcdctl stderr ---\n%s\n",
                      sc_.name.c_str(), k_, out.samples.size(), e.what(), stderr_tail().c_str());
     }
-    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+    winners_.warn_double_wins();
 
     // Stop: SIGINT makes each etcdctl resign (or withdraw its candidacy) and exit.
     for (auto& p : procs_) {
@@ -701,8 +540,7 @@ asio::awaitable<result_set> etcdctl_run::go() {
         co_await p->proc->async_wait(tuple_awaitable);
     }
     procs_.clear();
-    tracker_->stop();
-    co_await wait_until(wake_, [&] { return !tracker_->running(); }, steady::now() + 5s);
+    co_await tracker_->shut_down();
     admin_->close();
     out.load = loadavg();
     co_return out;
