@@ -119,6 +119,27 @@ public:
     asio::awaitable<result_set> go();
 
 private:
+    // One handover's leader and the moments it is timed by.
+    struct round {
+        std::string sid;       // the leader's session
+        std::string check_id;  // check-fail: the health check bound to it
+        steady::time_point t0{}, t_renew{};
+    };
+
+    void prepare_run();
+    void install_hooks();
+    void remove_hooks();
+    void start_candidates(asio::any_io_executor ex);
+    asio::awaitable<candidate*> handover(candidate& leader, int i, std::vector<sample>& samples);
+    asio::awaitable<void> install_leader(candidate& leader, round& r);
+    asio::awaitable<std::string> start_raw_leader(candidate& leader);
+    asio::awaitable<std::string> start_child_leader(candidate& leader);
+    asio::awaitable<std::string> health_check_of(candidate& leader, std::string const& sid);
+    asio::awaitable<void> park(round& r);
+    asio::awaitable<void> end_term(candidate& leader, round& r);
+    asio::awaitable<sample> time_handover(round& r, candidate const& next, steady::time_point t3);
+    asio::awaitable<void> shut_down();
+
     asio::awaitable<candidate*> next_winner(steady::time_point deadline) {
         return cands_.next_winner(deadline, [this] { return cands_.failure(); });
     }
@@ -145,6 +166,12 @@ private:
     std::unique_ptr<consul::client> admin_;  // the raw session, the hand-over txn, the http observer
     asio::steady_timer wake_;                // the controller waits on it
     candidate_set<candidate> cands_;
+    std::optional<child_proc> child_;        // kill: this round's leader
+
+    // The in-process agent's hooks as they were before the run (restored after it).
+    std::function<void(tenure::detail::agent::session_entry const&, tenure::detail::agent::invalidation_cause)>
+        saved_hook_;
+    std::function<void(std::string_view)> saved_reject_hook_;
 
     // Observation of the round's invalidation (or key release).
     std::string watch_sid_;
@@ -257,31 +284,51 @@ asio::awaitable<void> run::swap_to(candidate& w, std::string const& sid, std::st
 }
 
 asio::awaitable<result_set> run::go() {
-    auto ex = co_await asio::this_coro::executor;
     result_set out =
         new_result_set(be_.name(), sc_.name, k_, ms(delay()), static_cast<double>(cfg_.ttl.count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
+    prepare_run();
+    install_hooks();
+    start_candidates(co_await asio::this_coro::executor);
+    try {
+        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
+        for (int i = 0; i < n; ++i) {
+            print_progress(6, be_.name(), sc_.name, k_, i, n);
+            leader = co_await handover(*leader, i, out.samples);
+        }
+        print_progress(6, be_.name(), sc_.name, k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        print_stopped(be_.name(), sc_.name, k_, out.samples.size(), e.what());
+    }
+    cands_.warn_double_wins();
+    co_await shut_down();
+    out.load = loadavg();
+    co_return out;
+}
 
+// The run's key and its candidates' session options.
+void run::prepare_run() {
     key_ = "bench/failover/" + sc_.name + "/" + std::to_string(k_) + "/" +
            std::to_string(steady::now().time_since_epoch().count());
     so_.ttl = sc_.name == "probe" ? std::chrono::nanoseconds(cfg_.ttl) : std::chrono::nanoseconds(quiet_ttl);
     so_.lock_delay = delay();
     if (sc_.name == "check-fail" || sc_.name == "probe") so_.health_check_ttl = 3 * so_.ttl;
     admin_ = be_.make_client();
+}
 
+// Where the signs of each invalidation come from.
+void run::install_hooks() {
     // In-process: the exact moment of the invalidation, from the state machine.
-    std::function<void(tenure::detail::agent::session_entry const&, tenure::detail::agent::invalidation_cause)>
-        saved_hook;
-    std::function<void(std::string_view)> saved_reject_hook;
     if (auto* a = be_.agent()) {
-        saved_reject_hook = a->state().on_lock_delay_reject;
-        a->state().on_lock_delay_reject = [this, saved_reject_hook](std::string_view key) {
-            if (saved_reject_hook) saved_reject_hook(key);
+        saved_reject_hook_ = a->state().on_lock_delay_reject;
+        a->state().on_lock_delay_reject = [this, saved = saved_reject_hook_](std::string_view key) {
+            if (saved) saved(key);
             if (key == key_) ++rejects_;
         };
-        saved_hook = a->state().on_invalidate;
-        a->state().on_invalidate = [this, saved_hook](auto const& s, auto cause) {
-            if (saved_hook) saved_hook(s, cause);
+        saved_hook_ = a->state().on_invalidate;
+        a->state().on_invalidate = [this, saved = saved_hook_](auto const& s, auto cause) {
+            if (saved) saved(s, cause);
             if (!watch_sid_.empty() && s.id == watch_sid_) set_t1(steady::now());
         };
     }
@@ -295,8 +342,18 @@ asio::awaitable<result_set> run::go() {
             set_t1(t);
         });
     }
+}
 
-    // The candidates in this process: K, or K-1 beside the raw session / child leader.
+void run::remove_hooks() {
+    be_.on_log({});
+    if (auto* a = be_.agent()) {
+        a->state().on_invalidate = saved_hook_;
+        a->state().on_lock_delay_reject = saved_reject_hook_;
+    }
+}
+
+// The candidates in this process: K, or K-1 beside the raw session / child leader.
+void run::start_candidates(asio::any_io_executor ex) {
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
     bool const probe = sc_.name == "probe";
     cands_.start(
@@ -307,135 +364,155 @@ asio::awaitable<result_set> run::go() {
             c.probe_fail = flag;
             so.health_probe = [flag] { return !*flag; };
         });
+}
 
-    std::optional<child_proc> child;
-    try {
-        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
-        for (int i = 0; i < n; ++i) {
-            print_progress(6, be_.name(), sc_.name, k_, i, n);
-            sample s;
-            s.lock_delay = ms(delay());
-            std::string sid;
-            steady::time_point t0{}, t_renew{};
-            std::string check_id;
+// One handover, from `leader`'s term to the next leader's: appends its sample
+// and returns the next leader.
+asio::awaitable<candidate*> run::handover(candidate& leader, int i, std::vector<sample>& samples) {
+    round r;
+    co_await install_leader(leader, r);
+    TRACE("round %d leader installed %s", i, r.sid.c_str());
+    co_await park(r);
+    co_await end_term(leader, r);
+    TRACE("term ended");
 
-            // 1. The leader of this round.
-            if (sc_.leader == leader_kind::raw) {
-                consul::session_request req;
-                req.name = "bench-raw";
-                req.ttl = cfg_.ttl;
-                req.lock_delay = delay();
-                req.node_checks = std::vector<std::string>{};  // only the TTL keeps it alive
-                sid = co_await admin_->session_create(req);
-                std::string value = "raw";
-                co_await swap_to(*leader, sid, value);
-            } else if (sc_.leader == leader_kind::child) {
-                std::vector<std::string> args{"--candidate", "--consul", be_.url(), "--key", key_,
-                                              "--ttl-ms", std::to_string(cfg_.ttl.count()),
-                                              "--lock-delay-ms", std::to_string(cfg_.lock_delay.count())};
-                sid = co_await start_child(child, self_, args);
-                std::string value = "child";
-                co_await swap_to(*leader, sid, value);
-                co_await expect_child_line(*child, "ELECTED ");
-            } else {
-                sid = leader->s.id();
-                if (sc_.name == "check-fail") {
-                    auto info = co_await leader->cl->session_info_get(sid);
-                    if (info.value)
-                        for (auto const& c : info.value->node_checks)
-                            if (c.rfind("tenure-health:", 0) == 0) check_id = c;
-                    if (check_id.empty()) throw std::runtime_error("the leader's session has no health check");
-                }
-            }
+    // 4. The next leader.
+    candidate* next = co_await next_winner(steady::now() + round_timeout());
+    auto const t3 = cands_.elected_at();
+    sample const s = co_await time_handover(r, *next, t3);
+    samples.push_back(s);
 
-            TRACE("round %d leader installed %s", i, sid.c_str());
-            // 2. Followers park; the observer too.
-            int followers = sc_.leader == leader_kind::candidate ? local - 1 : local;
-            co_await hold(followers, sc_.leader != leader_kind::raw);
-            TRACE("held");
-            if (sc_.leader == leader_kind::raw) {
-                // The last renewal the raw session will ever get, once the followers
-                // are parked again (so that the agent is idle when it handles it).
-                t_renew = steady::now();
-                co_await admin_->session_renew(sid);
-            }
-            arm_observer(sid, sc_.name == "clean");
-            if (!be_.agent()) {
-                co_await wait_until(wake_, [&] { return obs_parked_ || !obs_running_; }, steady::now() + 5s);
-                co_await sleep_for(1ms);
-            }
+    // 5. The old leader campaigns again.
+    co_await retire_leader(cands_, leader, sc_, child_);
+    TRACE("round done");
+    co_return next;
+}
 
-            TRACE("observer parked %d running %d", int(obs_parked_), int(obs_running_));
-            // A SIGKILL or a failing probe strikes at a random moment of the
-            // leader's renewal cycle (every TTL/2), not right after a renewal.
-            if (sc_.name == "kill" || sc_.name == "probe") {
-                std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(cfg_.ttl).count() / 2);
-                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
-            }
-
-            // 3. End the term.
-            rejects_ = 0;
-            t0 = steady::now();
-            if (sc_.name == "clean") {
-                co_await leader->scope.release(tuple_awaitable);
-            } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
-                co_await leader->cl->session_destroy(sid);
-            } else if (sc_.name == "check-fail") {
-                std::string note = "failover bench";
-                co_await leader->cl->check_fail(check_id, note);
-            } else if (sc_.name == "probe") {
-                *leader->probe_fail = true;
-            } else if (sc_.name == "kill") {
-                ::kill(child->proc->id(), SIGKILL);
-            }  // ttl: nothing to do, the server's TTL timer ends it
-            // The answer to the request that ended the term comes after the
-            // server acted on it: an upper bound for the invalidation / release.
-            TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - t0), t1_ ? "set" : "unset");
-            if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0)
-                set_t1(steady::now());
-
-            TRACE("term ended");
-            // 4. The next leader.
-            candidate* next = co_await next_winner(steady::now() + round_timeout());
-            auto const t3 = cands_.elected_at();
-            co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
-            if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
-                co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
-            disarm_observer();
-            co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
-            TRACE("winner %d, t1 %d", next->id, int(t1_.has_value()));
-            auto const ended = set_timings(s, sc_.name == "ttl", t0, t1_, t3, t_renew);
-            if (be_.agent()) s.rejected = rejects_;
-            if (t_query_) s.query_detection = ms(*t_query_ - ended);
-            out.samples.push_back(s);
-
-            // 5. The old leader campaigns again.
-            co_await retire_leader(cands_, *leader, sc_, child);
-            leader = next;
-            TRACE("round done");
-        }
-        print_progress(6, be_.name(), sc_.name, k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        print_stopped(be_.name(), sc_.name, k_, out.samples.size(), e.what());
+// 1. The leader of this round: the previous winner, or the raw session or
+// the child it hands the key to.
+asio::awaitable<void> run::install_leader(candidate& leader, round& r) {
+    if (sc_.leader == leader_kind::raw) {
+        r.sid = co_await start_raw_leader(leader);
+    } else if (sc_.leader == leader_kind::child) {
+        r.sid = co_await start_child_leader(leader);
+    } else {
+        r.sid = leader.s.id();
+        if (sc_.name == "check-fail") r.check_id = co_await health_check_of(leader, r.sid);
     }
-    cands_.warn_double_wins();
+}
 
-    // Stop: every candidate releases and closes its session.
+// ttl: a raw session (TTL T, renewed only by the bench) takes the key.
+asio::awaitable<std::string> run::start_raw_leader(candidate& leader) {
+    consul::session_request req;
+    req.name = "bench-raw";
+    req.ttl = cfg_.ttl;
+    req.lock_delay = delay();
+    req.node_checks = std::vector<std::string>{};  // only the TTL keeps it alive
+    std::string sid = co_await admin_->session_create(req);
+    std::string value = "raw";
+    co_await swap_to(leader, sid, value);
+    co_return sid;
+}
+
+// kill: a child process (this binary, --candidate) takes the key.
+asio::awaitable<std::string> run::start_child_leader(candidate& leader) {
+    std::vector<std::string> args{"--candidate", "--consul", be_.url(), "--key", key_,
+                                  "--ttl-ms", std::to_string(cfg_.ttl.count()),
+                                  "--lock-delay-ms", std::to_string(cfg_.lock_delay.count())};
+    std::string sid = co_await start_child(child_, self_, args);
+    std::string value = "child";
+    co_await swap_to(leader, sid, value);
+    co_await expect_child_line(*child_, "ELECTED ");
+    co_return sid;
+}
+
+// check-fail: the tenure health check bound to the leader's session.
+asio::awaitable<std::string> run::health_check_of(candidate& leader, std::string const& sid) {
+    std::string check_id;
+    auto info = co_await leader.cl->session_info_get(sid);
+    if (info.value)
+        for (auto const& c : info.value->node_checks)
+            if (c.rfind("tenure-health:", 0) == 0) check_id = c;
+    if (check_id.empty()) throw std::runtime_error("the leader's session has no health check");
+    co_return check_id;
+}
+
+// 2. Followers park; the observer too.
+asio::awaitable<void> run::park(round& r) {
+    int const followers = sc_.leader == leader_kind::candidate ? cands_.size() - 1 : cands_.size();
+    co_await hold(followers, sc_.leader != leader_kind::raw);
+    TRACE("held");
+    if (sc_.leader == leader_kind::raw) {
+        // The last renewal the raw session will ever get, once the followers
+        // are parked again (so that the agent is idle when it handles it).
+        r.t_renew = steady::now();
+        co_await admin_->session_renew(r.sid);
+    }
+    arm_observer(r.sid, sc_.name == "clean");
+    if (!be_.agent()) {
+        co_await wait_until(wake_, [&] { return obs_parked_ || !obs_running_; }, steady::now() + 5s);
+        co_await sleep_for(1ms);
+    }
+
+    TRACE("observer parked %d running %d", int(obs_parked_), int(obs_running_));
+    // A SIGKILL or a failing probe strikes at a random moment of the
+    // leader's renewal cycle (every TTL/2), not right after a renewal.
+    if (sc_.name == "kill" || sc_.name == "probe") {
+        std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(cfg_.ttl).count() / 2);
+        co_await sleep_for(std::chrono::microseconds(phase(rng_)));
+    }
+}
+
+// 3. End the term.
+asio::awaitable<void> run::end_term(candidate& leader, round& r) {
+    rejects_ = 0;
+    r.t0 = steady::now();
+    if (sc_.name == "clean") {
+        co_await leader.scope.release(tuple_awaitable);
+    } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
+        co_await leader.cl->session_destroy(r.sid);
+    } else if (sc_.name == "check-fail") {
+        std::string note = "failover bench";
+        co_await leader.cl->check_fail(r.check_id, note);
+    } else if (sc_.name == "probe") {
+        *leader.probe_fail = true;
+    } else if (sc_.name == "kill") {
+        ::kill(child_->proc->id(), SIGKILL);
+    }  // ttl: nothing to do, the server's TTL timer ends it
+    // The answer to the request that ended the term comes after the
+    // server acted on it: an upper bound for the invalidation / release.
+    TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - r.t0), t1_ ? "set" : "unset");
+    if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0)
+        set_t1(steady::now());
+}
+
+// The handover's sample, once the observer has had its chance to see the
+// invalidation; `next` was elected at t3.
+asio::awaitable<sample> run::time_handover(round& r, candidate const& next, steady::time_point t3) {
+    co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
+    if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
+        co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
     disarm_observer();
     co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
-    co_await kill_child(child);
+    TRACE("winner %d, t1 %d", next.id, int(t1_.has_value()));
+    sample s;
+    s.lock_delay = ms(delay());
+    auto const ended = set_timings(s, sc_.name == "ttl", r.t0, t1_, t3, r.t_renew);
+    if (be_.agent()) s.rejected = rejects_;
+    if (t_query_) s.query_detection = ms(*t_query_ - ended);
+    co_return s;
+}
+
+// Stop: every candidate releases and closes its session.
+asio::awaitable<void> run::shut_down() {
+    disarm_observer();
+    co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
+    co_await kill_child(child_);
     TRACE("stopping");
     co_await cands_.stop();
     cands_.close_clients();
     admin_->close();
-    be_.on_log({});
-    if (auto* a = be_.agent()) {
-        a->state().on_invalidate = saved_hook;
-        a->state().on_lock_delay_reject = saved_reject_hook;
-    }
-    out.load = loadavg();
-    co_return out;
+    remove_hooks();
 }
 
 // ---------------------------------------------------------------------------
