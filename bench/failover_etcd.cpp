@@ -160,7 +160,14 @@ std::unique_ptr<etcd::client> make_client(asio::any_io_executor ex, etcd_server 
     return std::make_unique<etcd::client>(ex, cc);
 }
 
-double hold_ms(config const& cfg, int k) { return cfg.hold_ms ? *cfg.hold_ms : 10.0 + 0.5 * k; }
+// Waits until etcd has `want` live watchers (the followers parked), then
+// gives them the hold (--hold-ms).
+asio::awaitable<void> wait_parked_and_hold(etcd_server& server, long want, config const& cfg, int k) {
+    if (!co_await server.wait_parked(want, 5s))
+        std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
+    double const hold_ms = cfg.hold_ms ? *cfg.hold_ms : 10.0 + 0.5 * k;
+    co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms * 1000)));
+}
 
 // ---------------------------------------------------------------------------
 // tenure candidates on etcd.
@@ -176,6 +183,22 @@ public:
     asio::awaitable<result_set> go();
 
 private:
+    // One handover's leader and the moments it is timed by.
+    struct round {
+        std::string leader_key;
+        std::int64_t raw_lease = 0;  // ttl: the lease that holds the key
+        steady::time_point t0{}, t_renew{};
+    };
+
+    asio::awaitable<void> prepare_run();
+    asio::awaitable<etcd_candidate*> handover(etcd_candidate* leader, int i, std::vector<sample>& samples);
+    asio::awaitable<void> install_leader(etcd_candidate*& leader, round& r);
+    asio::awaitable<std::int64_t> raw_lease_takes_key(etcd_candidate& leader, std::string const& key);
+    asio::awaitable<std::string> child_to_front(etcd_candidate*& leader);
+    asio::awaitable<void> park(round& r);
+    asio::awaitable<void> end_term(etcd_candidate& leader, round& r);
+    asio::awaitable<void> shut_down();
+
     asio::awaitable<etcd_candidate*> next_winner(steady::time_point deadline) {
         return cands_.next_winner(deadline, [this] { return check(); });
     }
@@ -184,6 +207,7 @@ private:
     std::string check() const {
         return !cands_.failure().empty() ? cands_.failure() : tracker_ ? tracker_->failure : std::string();
     }
+    std::chrono::seconds ttl() const { return etcd_ttl(cfg_.ttl); }
 
     config const& cfg_;
     scenario_def const& sc_;
@@ -196,6 +220,7 @@ private:
     std::unique_ptr<prefix_tracker> tracker_;
     asio::steady_timer wake_;
     candidate_set<etcd_candidate> cands_;
+    std::optional<child_proc> child_;  // kill: this round's leader
     std::mt19937_64 rng_{std::random_device{}()};
     std::uniform_int_distribution<long> expiry_phase{0, 500'000};  // us
 };
@@ -213,18 +238,34 @@ asio::awaitable<void> etcd_run::hold() {
     // Watches: two per waiting candidate (its predecessor, its own key), one for
     // the leader's scope (none for the raw lease), one for the prefix tracker.
     long const want = 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
-    if (!co_await server_.wait_parked(want, 5s))
-        std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
-    co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
+    co_await wait_parked_and_hold(server_, want, cfg_, k_);
 }
 
 asio::awaitable<result_set> etcd_run::go() {
-    auto ex = co_await asio::this_coro::executor;
-    auto const ttl = etcd_ttl(cfg_.ttl);
     result_set out =
-        new_result_set("etcd", sc_.name, k_, 0, static_cast<double>(std::chrono::milliseconds(ttl).count()));
+        new_result_set("etcd", sc_.name, k_, 0, static_cast<double>(std::chrono::milliseconds(ttl()).count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
+    co_await prepare_run();
+    try {
+        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
+        for (int i = 0; i < n; ++i) {
+            print_progress(7, "etcd", sc_.name, k_, i, n);
+            leader = co_await handover(leader, i, out.samples);
+        }
+        print_progress(7, "etcd", sc_.name, k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        print_stopped("etcd", sc_.name, k_, out.samples.size(), e.what());
+    }
+    cands_.warn_double_wins();
+    co_await shut_down();
+    out.load = loadavg();
+    co_return out;
+}
 
+// The election, the prefix watch, and the candidates in this process.
+asio::awaitable<void> etcd_run::prepare_run() {
+    auto ex = co_await asio::this_coro::executor;
     name_ = election_name("etcd", sc_.name, k_);
     so_.ttl = quiet_ttl;
     so_.lock_delay = 0ns;  // measured without etcd's optional lock-delay
@@ -235,130 +276,141 @@ asio::awaitable<result_set> etcd_run::go() {
     // K candidates, or K-1 beside the raw lease / the child.
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
     cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_);
+}
 
-    std::optional<child_proc> child;
-    try {
-        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
-        for (int i = 0; i < n; ++i) {
-            print_progress(7, "etcd", sc_.name, k_, i, n);
-            sample s;
-            s.lock_delay = 0;
-            std::string leader_key;
-            std::int64_t raw_lease = 0;
-            steady::time_point t0{}, t_renew{};
+// One handover, from `leader`'s term to the next leader's: appends its sample
+// and returns the next leader.
+asio::awaitable<etcd_candidate*> etcd_run::handover(etcd_candidate* leader, int i, std::vector<sample>& samples) {
+    round r;
+    co_await install_leader(leader, r);
+    co_await park(r);
+    co_await end_term(*leader, r);
 
-            // 1. The leader of this round.
-            if (sc_.leader == leader_kind::raw) {
-                auto g = co_await admin_->lease_grant(ttl.count());
-                raw_lease = g.id;
-                leader_key = key_of(*leader);
-                // The raw lease takes the leader's key: same create_revision, still first in line.
-                std::vector<etcd::compare> cmps;
-                cmps.push_back(etcd::compare::create_revision(leader_key, etcd::compare_result::equal,
-                                                              static_cast<std::int64_t>(leader->scope.token())));
-                etcd::put_op put;
-                put.key = leader_key;
-                put.value = "raw";
-                put.options.lease = raw_lease;
-                std::vector<etcd::request_op> ops;
-                ops.emplace_back(std::move(put));
-                std::vector<etcd::request_op> no_ops;
-                auto t = co_await admin_->txn(cmps, ops, no_ops);
-                if (!t.succeeded) throw std::runtime_error("hand-over txn refused: the leader's key changed");
-                co_await leader->scope.wait_lost(tuple_awaitable);  // released_by_other
-                leader->scope = tenure::leadership_scope{};
-                leader->new_session = true;  // its key name belongs to the raw lease now
-                cands_.resume(*leader);
-            } else if (sc_.leader == leader_kind::child) {
-                // A random start: the child's keepalives (and so its lease's expiry) fall
-                // at any phase of etcd's 500 ms expiry check.
-                co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
-                std::vector<std::string> args{"--candidate", "--etcd", server_.url(), "--key", name_,
-                                              "--ttl-ms", std::to_string(std::chrono::milliseconds(ttl).count())};
-                std::string const child_lease = co_await start_child(child, self_, args);
-                leader_key = name_ + "/" + child_lease;
-                co_await wait_until(wake_, [&] { return tracker_->has(leader_key) || !check().empty(); },
-                                    steady::now() + 10s);
-                if (!tracker_->has(leader_key)) throw std::runtime_error("the child's key did not appear");
-                // Clean resigns until the child is first in line.
-                for (;;) {
-                    auto q = tracker_->queue();
-                    bool const child_next = q.size() >= 2 && q[1] == leader_key;
-                    co_await leader->scope.release(tuple_awaitable);
-                    leader->scope = tenure::leadership_scope{};
-                    if (child_next) {
-                        co_await expect_child_line(*child, "ELECTED ");
-                        cands_.resume(*leader);
-                        break;
-                    }
-                    auto* w = co_await next_winner(steady::now() + 10s);
-                    cands_.resume(*leader);
-                    leader = w;
-                    std::string const wk = key_of(*w);
-                    co_await wait_until(
-                        wake_, [&] { auto q2 = tracker_->queue(); return !q2.empty() && q2[0] == wk; },
-                        steady::now() + 2s);
-                }
-            } else {
-                leader_key = key_of(*leader);
-            }
+    // 4. The next leader.
+    auto const timeout = sc_.slow ? 2 * ttl() + 10s : 10s;
+    etcd_candidate* next = co_await next_winner(steady::now() + timeout);
+    auto const t3 = cands_.elected_at();
+    auto const t1 = co_await tracker_->deleted_at([this] { return check(); });
+    sample s;
+    s.lock_delay = 0;
+    set_timings(s, sc_.name == "ttl", r.t0, t1, t3, r.t_renew);
+    samples.push_back(s);
+    TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
 
-            // 2. Followers park.
-            co_await hold();
-            if (sc_.leader == leader_kind::raw) {
-                // At a random phase of etcd's expiry check (every 500 ms), which the
-                // rounds would otherwise lock onto: each round starts when a check
-                // has just deleted the previous key.
-                co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
-                t_renew = steady::now();
-                co_await admin_->lease_keepalive(raw_lease);  // the raw lease's last keepalive
-            }
-            tracker_->arm(leader_key);
-            if (sc_.name == "kill") {
-                // At a random moment of the child's keepalive cycle (every TTL/3).
-                std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(ttl).count() / 3);
-                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
-            }
+    // 5. The old leader campaigns again.
+    co_await retire_leader(cands_, *leader, sc_, child_);
+    co_return next;
+}
 
-            // 3. End the term.
-            t0 = steady::now();
-            if (sc_.name == "clean") {
-                co_await leader->scope.release(tuple_awaitable);
-            } else if (sc_.name == "destroy-0") {
-                auto const lease = lease_of(leader->s.id());
-                co_await leader->cl->lease_revoke(lease);
-            } else if (sc_.name == "kill") {
-                ::kill(child->proc->id(), SIGKILL);
-            }  // ttl: etcd expires the raw lease
-
-            // 4. The next leader.
-            auto const timeout = sc_.slow ? 2 * ttl + 10s : 10s;
-            etcd_candidate* next = co_await next_winner(steady::now() + timeout);
-            auto const t3 = cands_.elected_at();
-            auto const t1 = co_await tracker_->deleted_at([this] { return check(); });
-            set_timings(s, sc_.name == "ttl", t0, t1, t3, t_renew);
-            out.samples.push_back(s);
-            TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
-
-            // 5. The old leader campaigns again.
-            co_await retire_leader(cands_, *leader, sc_, child);
-            leader = next;
-        }
-        print_progress(7, "etcd", sc_.name, k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        print_stopped("etcd", sc_.name, k_, out.samples.size(), e.what());
+// 1. The leader of this round: the previous winner, the raw lease that takes
+// its key, or the child brought to the front of the line (`leader` is then the
+// last candidate that resigned for it).
+asio::awaitable<void> etcd_run::install_leader(etcd_candidate*& leader, round& r) {
+    if (sc_.leader == leader_kind::raw) {
+        r.leader_key = key_of(*leader);
+        r.raw_lease = co_await raw_lease_takes_key(*leader, r.leader_key);
+    } else if (sc_.leader == leader_kind::child) {
+        r.leader_key = co_await child_to_front(leader);
+    } else {
+        r.leader_key = key_of(*leader);
     }
-    cands_.warn_double_wins();
+}
 
-    // Stop: every candidate resigns and revokes its lease.
-    co_await kill_child(child);
+// ttl: a raw lease (TTL T) takes the leader's key; returns the lease.
+asio::awaitable<std::int64_t> etcd_run::raw_lease_takes_key(etcd_candidate& leader, std::string const& key) {
+    auto g = co_await admin_->lease_grant(ttl().count());
+    // The raw lease takes the leader's key: same create_revision, still first in line.
+    std::vector<etcd::compare> cmps;
+    cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal,
+                                                  static_cast<std::int64_t>(leader.scope.token())));
+    etcd::put_op put;
+    put.key = key;
+    put.value = "raw";
+    put.options.lease = g.id;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(put));
+    std::vector<etcd::request_op> no_ops;
+    auto t = co_await admin_->txn(cmps, ops, no_ops);
+    if (!t.succeeded) throw std::runtime_error("hand-over txn refused: the leader's key changed");
+    co_await leader.scope.wait_lost(tuple_awaitable);  // released_by_other
+    leader.scope = tenure::leadership_scope{};
+    leader.new_session = true;  // its key name belongs to the raw lease now
+    cands_.resume(leader);
+    co_return g.id;
+}
+
+// kill: starts the child (this binary, --candidate --etcd) and has the
+// leaders before it resign until it leads; returns its key.
+asio::awaitable<std::string> etcd_run::child_to_front(etcd_candidate*& leader) {
+    // A random start: the child's keepalives (and so its lease's expiry) fall
+    // at any phase of etcd's 500 ms expiry check.
+    co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
+    std::vector<std::string> args{"--candidate", "--etcd", server_.url(), "--key", name_,
+                                  "--ttl-ms", std::to_string(std::chrono::milliseconds(ttl()).count())};
+    std::string const child_lease = co_await start_child(child_, self_, args);
+    std::string const child_key = name_ + "/" + child_lease;
+    co_await wait_until(wake_, [&] { return tracker_->has(child_key) || !check().empty(); }, steady::now() + 10s);
+    if (!tracker_->has(child_key)) throw std::runtime_error("the child's key did not appear");
+    // Clean resigns until the child is first in line.
+    for (;;) {
+        auto q = tracker_->queue();
+        bool const child_next = q.size() >= 2 && q[1] == child_key;
+        co_await leader->scope.release(tuple_awaitable);
+        leader->scope = tenure::leadership_scope{};
+        if (child_next) {
+            co_await expect_child_line(*child_, "ELECTED ");
+            cands_.resume(*leader);
+            co_return child_key;
+        }
+        auto* w = co_await next_winner(steady::now() + 10s);
+        cands_.resume(*leader);
+        leader = w;
+        std::string const wk = key_of(*w);
+        co_await wait_until(
+            wake_, [&] { auto q2 = tracker_->queue(); return !q2.empty() && q2[0] == wk; }, steady::now() + 2s);
+    }
+}
+
+// 2. Followers park; the raw lease gets its last keepalive; the tracker
+// watches for the leader's key to go.
+asio::awaitable<void> etcd_run::park(round& r) {
+    co_await hold();
+    if (sc_.leader == leader_kind::raw) {
+        // At a random phase of etcd's expiry check (every 500 ms), which the
+        // rounds would otherwise lock onto: each round starts when a check
+        // has just deleted the previous key.
+        co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
+        r.t_renew = steady::now();
+        co_await admin_->lease_keepalive(r.raw_lease);  // the raw lease's last keepalive
+    }
+    tracker_->arm(r.leader_key);
+    if (sc_.name == "kill") {
+        // At a random moment of the child's keepalive cycle (every TTL/3).
+        std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(ttl()).count() / 3);
+        co_await sleep_for(std::chrono::microseconds(phase(rng_)));
+    }
+}
+
+// 3. End the term.
+asio::awaitable<void> etcd_run::end_term(etcd_candidate& leader, round& r) {
+    r.t0 = steady::now();
+    if (sc_.name == "clean") {
+        co_await leader.scope.release(tuple_awaitable);
+    } else if (sc_.name == "destroy-0") {
+        auto const lease = lease_of(leader.s.id());
+        co_await leader.cl->lease_revoke(lease);
+    } else if (sc_.name == "kill") {
+        ::kill(child_->proc->id(), SIGKILL);
+    }  // ttl: etcd expires the raw lease
+}
+
+// Stop: every candidate resigns and revokes its lease.
+asio::awaitable<void> etcd_run::shut_down() {
+    co_await kill_child(child_);
     co_await cands_.stop();
     co_await tracker_->shut_down();
     cands_.close_clients();
     admin_->close();
-    out.load = loadavg();
-    co_return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -493,10 +545,7 @@ asio::awaitable<result_set> etcdctl_run::go() {
             co_await wait_until(wake_, [&] { return tracker_->size() == static_cast<std::size_t>(k_); },
                                 steady::now() + 10s);
             // Watches: one per waiting etcdctl (its predecessor), one for the tracker.
-            long const want = k_;
-            if (!co_await server_.wait_parked(want, 5s))
-                std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
-            co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
+            co_await wait_parked_and_hold(server_, k_, cfg_, k_);
             tracker_->arm(leader->key);
             if (kill9) {
                 // At a random moment of the Go client's keepalive cycle (every 20 s).
