@@ -583,6 +583,142 @@ void write_cdf(std::string const& path, std::vector<double> v) {
         f << v[i] << ' ' << static_cast<double>(i + 1) / static_cast<double>(v.size()) << '\n';
 }
 
+// Which kinds of backend a scenario's rows come from.
+struct backend_mix {
+    bool consul = false, etcd = false, etcdctl = false;
+    double etcd_ttl_ms = 0;
+    bool any_etcd() const { return etcd || etcdctl; }
+};
+
+backend_mix mix_of(std::vector<result_set const*> const& sets) {
+    backend_mix m;
+    for (auto* r : sets) {
+        if (r->backend == "etcd") {
+            m.etcd = true;
+            m.etcd_ttl_ms = r->ttl_ms;
+        } else if (r->backend == "etcdctl") {
+            m.etcdctl = true;
+        } else {
+            m.consul = true;
+        }
+    }
+    return m;
+}
+
+// "Failover: <what ends the term> — <the parameters of each kind of series present>".
+std::string plot_heading(config const& cfg, scenario_def const& sc, backend_mix const& mix,
+                         std::vector<result_set const*> const& sets) {
+    std::size_t n_min = SIZE_MAX, n_max = 0;
+    for (auto* r : sets) {
+        n_min = std::min(n_min, r->samples.size());
+        n_max = std::max(n_max, r->samples.size());
+    }
+    std::string params;
+    auto add = [&](std::string const& p) { params += (params.empty() ? "" : ", ") + p; };
+    if (mix.consul) {
+        if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
+        add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
+    }
+    if (mix.etcd)
+        add(std::string("etcd") +
+            (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(mix.etcd_ttl_ms / 1000)) + " s" : "") +
+            (mix.consul && sc.delay ? ", lock-delay 0" : ""));
+    if (mix.etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
+    add((n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
+        " handovers per line");
+    std::string title = mix.consul ? sc.title : sc.etcd_title;
+    if (mix.consul && mix.any_etcd() && sc.etcd_title != sc.title) title += " / etcd: " + sc.etcd_title;
+    return "Failover: " + title + " — " + params;
+}
+
+// A gnuplot `plot` command with one CDF line per row (backend, K) of the
+// samples' `field`, each written to its own .dat file; empty if no row has one.
+template <class Field>
+std::string cdf_plot(std::filesystem::path const& dir, std::string const& name, std::string const& what,
+                     std::vector<result_set const*> const& sets, std::map<int, std::string>& color_of, Field field) {
+    std::string cmd = "plot ";
+    bool first = true;
+    for (auto* r : sets) {
+        auto v = column(r->samples, field);
+        if (v.empty()) continue;
+        std::string file =
+            (dir / "gnuplot" / (name + "_" + what + "_" + r->backend + "_" + std::to_string(r->candidates) + ".dat"))
+                .string();
+        write_cdf(file, v);
+        if (!first) cmd += ", \\\n     ";
+        first = false;
+        // Solid: Consul over HTTP; dashed: in-process; dash-dot: etcd; dotted: etcdctl.
+        std::string const dt = r->backend == "http"     ? "1"
+                               : r->backend == "inproc" ? "2"
+                               : r->backend == "etcd"   ? "4"
+                                                        : "3";
+        cmd += "'" + file + "' using 1:2 with steps lw " + (dt == "3" ? "3" : "2") + " dt " + dt + " lc rgb '" +
+               color_of[r->candidates] + "' title '" + r->backend + ", K=" + std::to_string(r->candidates) + "'";
+    }
+    return first ? std::string() : cmd + "\n";
+}
+
+// Panel 1's x axis: the handover latency (ttl: from the last renewal).
+void latency_axis(std::ofstream& g, scenario_def const& sc, backend_mix const& mix) {
+    if (!sc.delay) {
+        g << "set logscale x\n";
+        g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
+    } else if (sc.name == "ttl") {
+        g << "set xlabel 'ms from the last renewal of the leader session to the next acquire() resolved'\n";
+    } else if (sc.name == "kill" && mix.etcdctl) {
+        g << "set logscale x\nset key top left\n";  // the etcdctl lines are at the far right
+        g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
+    } else {
+        g << "set xlabel 'handover latency (ms): end of the term -> next acquire() resolved'\n";
+    }
+}
+
+// Panel 1's title beside the acquisition panel: what the latency is made of.
+std::string latency_panel_title(scenario_def const& sc, backend_mix const& mix) {
+    bool const ttl = sc.name == "ttl";
+    std::string t = "latency: detection + lock-delay + acquisition";
+    if (ttl) t = "from the last renewal: the 2 x TTL grace + lock-delay + acquisition";
+    else if (sc.name == "kill") t = "from the SIGKILL: TTL lapse (1.5-2 x TTL) + lock-delay + acquisition";
+    if (ttl && mix.etcd) t += " (etcd: TTL + up to 0.5 s)";
+    else if (sc.name == "kill" && mix.any_etcd()) t += " (etcd: 2/3-1 x TTL + up to 0.5 s)";
+    else if (sc.name == "probe") t = "from the probe turning false: next renewal (< TTL/2) + lock-delay + acquisition";
+    return t;
+}
+
+// The gnuplot script of one scenario's PNG (`sets`: its rows with samples).
+void write_plot_script(std::filesystem::path const& gp, std::filesystem::path const& png, config const& cfg,
+                       std::string const& name, std::vector<result_set const*> const& sets,
+                       std::map<int, std::string>& color_of) {
+    auto const& sc = find_scenario(name);
+    bool const two_panels = sc.delay;
+    auto const mix = mix_of(sets);
+    std::filesystem::path const dir = cfg.plot_dir;
+    std::ofstream g(gp);
+    g << "set terminal pngcairo size " << (two_panels ? 1400 : (mix.any_etcd() ? 1000 : 800))
+      << ",560 font 'DejaVu Sans,10'\n";
+    g << "set output '" << png.string() << "'\n";
+    g << "set key bottom right\nset grid\nset yrange [0:1]\nset ytics 0.1\n";
+    g << "set ylabel 'fraction of handovers'\n";
+    if (two_panels)
+        g << "set multiplot layout 1,2 title \"" << plot_heading(cfg, sc, mix, sets) << "\"\n";
+    else
+        g << "set title \"" << plot_heading(cfg, sc, mix, sets) << "\"\n";
+
+    // Panel 1: the handover latency.
+    latency_axis(g, sc, mix);
+    if (two_panels) g << "set title '" << latency_panel_title(sc, mix) << "'\n";
+    g << (name == "ttl" ? cdf_plot(dir, name, "from_renewal", sets, color_of,
+                                   [](sample const& s) { return s.from_renewal; })
+                        : cdf_plot(dir, name, "latency", sets, color_of, [](sample const& s) { return s.latency; }));
+    if (two_panels) {
+        g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\nset key bottom right\n";
+        g << "set logscale x\n";
+        g << "set xlabel 'ms from invalidation + lock-delay to the next acquire() resolved (log scale)'\n";
+        g << cdf_plot(dir, name, "acquisition", sets, color_of, [](sample const& s) { return s.acquisition; });
+        g << "unset multiplot\n";
+    }
+}
+
 // A PNG per scenario: the CDF of the handover latency, one line per backend and
 // candidate count; scenarios with a lock-delay or a detection phase get a second
 // panel with the acquisition (the overshoot past the lock-delay).
@@ -598,109 +734,9 @@ void plot(config const& cfg, std::vector<result_set> const& results) {
     for (auto k : cfg.candidates) color_of.emplace(k, colors[color_of.size() % colors.size()]);
 
     for (auto const& [name, sets] : by_scenario) {
-        auto const& sc = find_scenario(name);
-        bool two_panels = sc.delay;
-        bool ttl = name == "ttl";
         fs::path gp = dir / "gnuplot" / ("failover_" + name + ".gp");
         fs::path png = dir / ("failover_" + name + ".png");
-        std::ofstream g(gp);
-        std::size_t n_min = SIZE_MAX, n_max = 0;
-        for (auto* r : sets) {
-            n_min = std::min(n_min, r->samples.size());
-            n_max = std::max(n_max, r->samples.size());
-        }
-        bool has_consul = false, has_etcd = false, has_etcdctl = false;
-        double etcd_ttl_ms = 0;
-        for (auto* r : sets) {
-            if (r->backend == "etcd") {
-                has_etcd = true;
-                etcd_ttl_ms = r->ttl_ms;
-            } else if (r->backend == "etcdctl") {
-                has_etcdctl = true;
-            } else {
-                has_consul = true;
-            }
-        }
-        // The parameters of each kind of series present.
-        std::string params;
-        auto add = [&](std::string const& p) { params += (params.empty() ? "" : ", ") + p; };
-        if (has_consul) {
-            if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
-            add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
-        }
-        if (has_etcd)
-            add(std::string("etcd") + (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(etcd_ttl_ms / 1000)) + " s" : "") +
-                (has_consul && sc.delay ? ", lock-delay 0" : ""));
-        if (has_etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
-        add((n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
-            " handovers per line");
-        std::string title = has_consul ? sc.title : sc.etcd_title;
-        if (has_consul && (has_etcd || has_etcdctl) && sc.etcd_title != sc.title) title += " / etcd: " + sc.etcd_title;
-        g << "set terminal pngcairo size " << (two_panels ? 1400 : (has_etcd || has_etcdctl ? 1000 : 800))
-          << ",560 font 'DejaVu Sans,10'\n";
-        g << "set output '" << png.string() << "'\n";
-        g << "set key bottom right\nset grid\nset yrange [0:1]\nset ytics 0.1\n";
-        g << "set ylabel 'fraction of handovers'\n";
-        if (two_panels)
-            g << "set multiplot layout 1,2 title \"Failover: " << title << " — " << params << "\"\n";
-        else
-            g << "set title \"Failover: " << title << " — " << params << "\"\n";
-
-        auto series = [&](std::string const& what, auto field) {
-            std::string cmd = "plot ";
-            bool first = true;
-            for (auto* r : sets) {
-                auto v = column(r->samples, field);
-                if (v.empty()) continue;
-                std::string file = (dir / "gnuplot" / (name + "_" + what + "_" + r->backend + "_" +
-                                                       std::to_string(r->candidates) + ".dat"))
-                                       .string();
-                write_cdf(file, v);
-                if (!first) cmd += ", \\\n     ";
-                first = false;
-                // Solid: Consul over HTTP; dashed: in-process; dash-dot: etcd; dotted: etcdctl.
-                std::string const dt = r->backend == "http"     ? "1"
-                                       : r->backend == "inproc" ? "2"
-                                       : r->backend == "etcd"   ? "4"
-                                                                : "3";
-                cmd += "'" + file + "' using 1:2 with steps lw " + (dt == "3" ? "3" : "2") + " dt " + dt +
-                       " lc rgb '" + color_of[r->candidates] + "' title '" + r->backend + ", K=" +
-                       std::to_string(r->candidates) + "'";
-            }
-            return first ? std::string() : cmd + "\n";
-        };
-
-        // Panel 1: the handover latency.
-        if (!sc.delay) {
-            g << "set logscale x\n";
-            g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
-        } else if (ttl) {
-            g << "set xlabel 'ms from the last renewal of the leader session to the next acquire() resolved'\n";
-        } else if (name == "kill" && has_etcdctl) {
-            g << "set logscale x\nset key top left\n";  // the etcdctl lines are at the far right
-            g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
-        } else {
-            g << "set xlabel 'handover latency (ms): end of the term -> next acquire() resolved'\n";
-        }
-        if (two_panels) {
-            std::string t = "latency: detection + lock-delay + acquisition";
-            if (ttl) t = "from the last renewal: the 2 x TTL grace + lock-delay + acquisition";
-            else if (name == "kill") t = "from the SIGKILL: TTL lapse (1.5-2 x TTL) + lock-delay + acquisition";
-            if (ttl && has_etcd) t += " (etcd: TTL + up to 0.5 s)";
-            else if (name == "kill" && (has_etcd || has_etcdctl)) t += " (etcd: 2/3-1 x TTL + up to 0.5 s)";
-            else if (name == "probe") t = "from the probe turning false: next renewal (< TTL/2) + lock-delay + acquisition";
-            g << "set title '" << t << "'\n";
-        }
-        g << (ttl ? series("from_renewal", [](sample const& s) { return s.from_renewal; })
-                  : series("latency", [](sample const& s) { return s.latency; }));
-        if (two_panels) {
-            g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\nset key bottom right\n";
-            g << "set logscale x\n";
-            g << "set xlabel 'ms from invalidation + lock-delay to the next acquire() resolved (log scale)'\n";
-            g << series("acquisition", [](sample const& s) { return s.acquisition; });
-            g << "unset multiplot\n";
-        }
-        g.close();
+        write_plot_script(gp, png, cfg, name, sets, color_of);
         if (!run_gnuplot(gp.string()))
             std::fprintf(stderr, "gnuplot failed for %s (is gnuplot-nox installed?)\n", gp.c_str());
         else
