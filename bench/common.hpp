@@ -249,6 +249,13 @@ inline bool run_gnuplot(std::string const& script) {
     return std::system(cmd.c_str()) == 0;
 }
 
+// The value of the flag args[i] (the next argument); advances i. Throws when
+// there is none.
+inline std::string flag_value(std::vector<std::string> const& args, std::size_t& i) {
+    if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
+    return args[++i];
+}
+
 // "a,b,c" -> {"a", "b", "c"}
 inline std::vector<std::string> split(std::string const& s, char sep = ',') {
     std::vector<std::string> out;

@@ -801,32 +801,24 @@ int usage() {
     return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    auto value = [&](std::size_t& i) -> std::string {
-        if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
-        return args[++i];
-    };
-
-    if (!args.empty() && args[0] == "--candidate") {
-        std::string url, key, etcd_url;
-        int ttl = 1000, delay = 0;
-        for (std::size_t i = 1; i < args.size(); ++i) {
-            if (args[i] == "--consul") url = value(i);
-            else if (args[i] == "--etcd") etcd_url = value(i);
-            else if (args[i] == "--key") key = value(i);
-            else if (args[i] == "--ttl-ms") ttl = std::stoi(value(i));
-            else if (args[i] == "--lock-delay-ms") delay = std::stoi(value(i));
-            else return usage();
-        }
-        if (!etcd_url.empty()) return run_etcd_child(etcd_url, key, std::chrono::milliseconds(ttl));
-        return run_child(url, key, std::chrono::milliseconds(ttl), std::chrono::milliseconds(delay));
+// Child mode: failover --candidate (--consul URL | --etcd URL) --key KEY ...
+int candidate_main(std::vector<std::string> const& args) {
+    std::string url, key, etcd_url;
+    int ttl = 1000, delay = 0;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if (args[i] == "--consul") url = flag_value(args, i);
+        else if (args[i] == "--etcd") etcd_url = flag_value(args, i);
+        else if (args[i] == "--key") key = flag_value(args, i);
+        else if (args[i] == "--ttl-ms") ttl = std::stoi(flag_value(args, i));
+        else if (args[i] == "--lock-delay-ms") delay = std::stoi(flag_value(args, i));
+        else return usage();
     }
+    if (!etcd_url.empty()) return run_etcd_child(etcd_url, key, std::chrono::milliseconds(ttl));
+    return run_child(url, key, std::chrono::milliseconds(ttl), std::chrono::milliseconds(delay));
+}
 
-    config cfg;
-    // Defaults follow the mode; explicit flags override them whatever their order.
+// Defaults follow the mode; explicit flags override them whatever their order.
+void set_mode_defaults(std::vector<std::string> const& args, config& cfg) {
     for (auto const& a : args)
         if (a == "--full") cfg.mode = "full";
     if (cfg.mode == "full") {
@@ -836,55 +828,69 @@ int main(int argc, char** argv) {
         cfg.lock_delay = 100ms;
         cfg.etcdctl_kill_handovers = 3;
     }
+}
+
+// The scenario list ("all" or none: every one), and what may not run at all.
+void check_config(config& cfg) {
+    if (cfg.scenarios.empty() || (cfg.scenarios.size() == 1 && cfg.scenarios[0] == "all"))
+        for (auto const& s : all_scenarios) cfg.scenarios.push_back(s.name);
+    for (auto const& s : cfg.scenarios) find_scenario(s);
+    for (auto const& b : cfg.backends)
+        if (b != "http" && b != "inproc" && b != "etcd" && b != "etcdctl")
+            throw std::runtime_error("unknown backend " + b);
+    for (int k : cfg.candidates)
+        if (k < 2) throw std::runtime_error("--candidates: at least 2 (a leader and a follower)");
+}
+
+// The flags over the mode's defaults: 0, or the exit code after the usage.
+int parse_flags(std::vector<std::string> const& args, config& cfg) {
+    set_mode_defaults(args, cfg);
     try {
         for (std::size_t i = 0; i < args.size(); ++i) {
             auto const& a = args[i];
             if (a == "--quick" || a == "--full") continue;
-            else if (a == "--scenario") cfg.scenarios = split(value(i));
-            else if (a == "--backend") cfg.backends = split(value(i));
+            else if (a == "--scenario") cfg.scenarios = split(flag_value(args, i));
+            else if (a == "--backend") cfg.backends = split(flag_value(args, i));
             else if (a == "--candidates") {
                 cfg.candidates.clear();
-                for (auto const& k : split(value(i))) cfg.candidates.push_back(std::stoi(k));
-            } else if (a == "--handovers") cfg.handovers = std::stoi(value(i));
-            else if (a == "--slow-handovers") cfg.slow_handovers = std::stoi(value(i));
-            else if (a == "--ttl-ms") cfg.ttl = std::chrono::milliseconds(std::stoi(value(i)));
-            else if (a == "--lock-delay-ms") cfg.lock_delay = std::chrono::milliseconds(std::stoi(value(i)));
-            else if (a == "--hold-ms") cfg.hold_ms = std::stod(value(i));
-            else if (a == "--csv") cfg.csv = value(i);
-            else if (a == "--plot") cfg.plot_dir = value(i);
-            else if (a == "--from-csv") cfg.from_csv = value(i);
+                for (auto const& k : split(flag_value(args, i))) cfg.candidates.push_back(std::stoi(k));
+            } else if (a == "--handovers") cfg.handovers = std::stoi(flag_value(args, i));
+            else if (a == "--slow-handovers") cfg.slow_handovers = std::stoi(flag_value(args, i));
+            else if (a == "--ttl-ms") cfg.ttl = std::chrono::milliseconds(std::stoi(flag_value(args, i)));
+            else if (a == "--lock-delay-ms") cfg.lock_delay = std::chrono::milliseconds(std::stoi(flag_value(args, i)));
+            else if (a == "--hold-ms") cfg.hold_ms = std::stod(flag_value(args, i));
+            else if (a == "--csv") cfg.csv = flag_value(args, i);
+            else if (a == "--plot") cfg.plot_dir = flag_value(args, i);
+            else if (a == "--from-csv") cfg.from_csv = flag_value(args, i);
             else if (a == "--etcd-unsafe-no-fsync") cfg.etcd_fsync = false;
-            else if (a == "--etcdctl-kill-handovers") cfg.etcdctl_kill_handovers = std::stoi(value(i));
+            else if (a == "--etcdctl-kill-handovers") cfg.etcdctl_kill_handovers = std::stoi(flag_value(args, i));
             else return usage();
         }
-        if (cfg.scenarios.empty() || (cfg.scenarios.size() == 1 && cfg.scenarios[0] == "all"))
-            for (auto const& s : all_scenarios) cfg.scenarios.push_back(s.name);
-        for (auto const& s : cfg.scenarios) find_scenario(s);
-        for (auto const& b : cfg.backends)
-            if (b != "http" && b != "inproc" && b != "etcd" && b != "etcdctl")
-                throw std::runtime_error("unknown backend " + b);
-        for (int k : cfg.candidates)
-            if (k < 2) throw std::runtime_error("--candidates: at least 2 (a leader and a follower)");
+        check_config(cfg);
     } catch (std::exception const& e) {
         std::cerr << "failover: " << e.what() << "\n";
         return usage();
     }
+    return 0;
+}
 
-    if (!cfg.from_csv.empty()) {
-        try {
-            auto results = read_csv(cfg.from_csv, cfg);
-            std::printf("failover results read from %s\n", cfg.from_csv.c_str());
-            print_header();
-            for (auto const& r : results) print_row(r);
-            if (!cfg.plot_dir.empty()) plot(cfg, results);
-            return 0;
-        } catch (std::exception const& e) {
-            std::cerr << "failover: " << e.what() << "\n";
-            return 1;
-        }
+// --from-csv: the table and plots of a previous run.
+int print_from_csv(config& cfg) {
+    try {
+        auto results = read_csv(cfg.from_csv, cfg);
+        std::printf("failover results read from %s\n", cfg.from_csv.c_str());
+        print_header();
+        for (auto const& r : results) print_row(r);
+        if (!cfg.plot_dir.empty()) plot(cfg, results);
+        return 0;
+    } catch (std::exception const& e) {
+        std::cerr << "failover: " << e.what() << "\n";
+        return 1;
     }
+}
 
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+// What the run is, where, and how to read its table.
+void print_banner(config const& cfg) {
     std::time_t now = std::time(nullptr);
     char date[64];
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
@@ -902,94 +908,125 @@ int main(int argc, char** argv) {
                 "1-minute load average after the row.\netcd, etcdctl: detect = end -> the leader's key deleted (seen by "
                 "a watch); acq = key deleted -> acquire() resolved (etcdctl: -> the next process printed its key).\n");
     print_header();
+}
 
+// Each row as it is measured: the table, the CSV (--csv), and the plots at the end.
+struct row_sink {
     std::ofstream csv;
+    std::vector<result_set> results;
+
+    void add(result_set r) {
+        print_row(r);
+        if (csv.is_open()) write_csv(csv, r);
+        results.push_back(std::move(r));
+    }
+};
+
+// The one etcd member of the etcd and etcdctl rows, started when they first need it.
+struct etcd_member {
+    std::unique_ptr<etcd_server> server;
+    std::string error;  // why it could not start (then it is not tried again)
+};
+
+asio::awaitable<void> start_etcd_once(asio::io_context& io, config const& cfg, etcd_member& etcd) {
+    if (etcd.server || !etcd.error.empty()) co_return;
+    etcd_server_options eo;
+    eo.fsync = cfg.etcd_fsync;
+    try {
+        etcd.server = co_await etcd_server::start(io, eo);
+    } catch (std::exception const& e) {
+        etcd.error = e.what();
+    }
+    if (etcd.server)
+        std::fprintf(stderr, "etcd %s at %s (one member, WAL fsync %s)\n", etcd.server->version().c_str(),
+                     etcd.server->url().c_str(), etcd.server->fsync() ? "on" : "off");
+}
+
+// The rows of backend etcd or etcdctl: each scenario that applies there, each K.
+asio::awaitable<void> measure_etcd_backend(asio::io_context& io, config const& cfg, std::string const& bname,
+                                           std::string const& self, etcd_member& etcd, row_sink& rows) {
+    co_await start_etcd_once(io, cfg, etcd);
+    if (!etcd.server) {
+        std::fprintf(stderr, "backend %s skipped: %s\n", bname.c_str(), etcd.error.c_str());
+        co_return;
+    }
+    if (bname == "etcdctl" && find_executable("etcdctl", "ETCDCTL_BINARY").empty()) {
+        std::fprintf(stderr, "backend etcdctl skipped: etcdctl not found (Debian: etcd-client)\n");
+        co_return;
+    }
+    for (auto const& sname : cfg.scenarios) {
+        auto const& sc = find_scenario(sname);
+        if (bname == "etcd" ? sc.etcd_title.empty() : !sc.etcdctl) {
+            std::fprintf(stderr, "backend %s: scenario %s does not apply, skipped\n", bname.c_str(), sname.c_str());
+            continue;
+        }
+        if (bname == "etcdctl" && sname == "kill" && cfg.etcdctl_kill_handovers <= 0) {
+            std::fprintf(stderr, "backend etcdctl: kill skipped (each handover waits for a 60 s "
+                                 "lease; --etcdctl-kill-handovers N to run it)\n");
+            continue;
+        }
+        for (int k : cfg.candidates) {
+            result_set res;
+            if (bname == "etcd") res = co_await run_etcd(cfg, sc, *etcd.server, k, self);
+            else res = co_await run_etcdctl(cfg, sc, *etcd.server, k);
+            rows.add(std::move(res));
+        }
+    }
+}
+
+// The rows of backend http or inproc: an agent of their own, each scenario, each K.
+asio::awaitable<void> measure_consul_backend(asio::io_context& io, config const& cfg, std::string const& bname,
+                                             std::string const& self, row_sink& rows) {
+    std::unique_ptr<backend> be =
+        bname == "http" ? backend::start_http(io, "10ms", "info") : backend::start_inproc(io, 10ms);
+    std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());
+    for (auto const& sname : cfg.scenarios) {
+        for (int k : cfg.candidates) {
+            run r(cfg, find_scenario(sname), *be, k, self);
+            result_set res = co_await r.go();
+            rows.add(std::move(res));
+        }
+    }
+    be->stop();
+    co_await sleep_for(50ms);  // let the agent's coroutines unwind
+}
+
+asio::awaitable<void> measure_all(asio::io_context& io, config const& cfg, std::string const& self, row_sink& rows) {
+    etcd_member etcd;
+    for (auto const& bname : cfg.backends) {
+        if (bname == "etcd" || bname == "etcdctl") co_await measure_etcd_backend(io, cfg, bname, self, etcd, rows);
+        else co_await measure_consul_backend(io, cfg, bname, self, rows);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "--candidate") return candidate_main(args);
+
+    config cfg;
+    if (int rc = parse_flags(args, cfg)) return rc;
+    if (!cfg.from_csv.empty()) return print_from_csv(cfg);
+
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    print_banner(cfg);
+    row_sink rows;
     if (!cfg.csv.empty()) {
-        csv.open(cfg.csv);
-        write_csv_header(csv);
+        rows.csv.open(cfg.csv);
+        write_csv_header(rows.csv);
     }
 
     asio::io_context io;
-    std::vector<result_set> results;
     int rc = 0;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            std::unique_ptr<etcd_server> etcd;
-            std::string etcd_error;
-            for (auto const& bname : cfg.backends) {
-                if (bname == "etcd" || bname == "etcdctl") {
-                    if (!etcd && etcd_error.empty()) {
-                        etcd_server_options eo;
-                        eo.fsync = cfg.etcd_fsync;
-                        try {
-                            etcd = co_await etcd_server::start(io, eo);
-                        } catch (std::exception const& e) {
-                            etcd_error = e.what();
-                        }
-                        if (etcd)
-                            std::fprintf(stderr, "etcd %s at %s (one member, WAL fsync %s)\n", etcd->version().c_str(),
-                                         etcd->url().c_str(), etcd->fsync() ? "on" : "off");
-                    }
-                    if (!etcd) {
-                        std::fprintf(stderr, "backend %s skipped: %s\n", bname.c_str(), etcd_error.c_str());
-                        continue;
-                    }
-                    if (bname == "etcdctl" && find_executable("etcdctl", "ETCDCTL_BINARY").empty()) {
-                        std::fprintf(stderr, "backend etcdctl skipped: etcdctl not found (Debian: etcd-client)\n");
-                        continue;
-                    }
-                    for (auto const& sname : cfg.scenarios) {
-                        auto const& sc = find_scenario(sname);
-                        if (bname == "etcd" ? sc.etcd_title.empty() : !sc.etcdctl) {
-                            std::fprintf(stderr, "backend %s: scenario %s does not apply, skipped\n", bname.c_str(),
-                                         sname.c_str());
-                            continue;
-                        }
-                        if (bname == "etcdctl" && sname == "kill" && cfg.etcdctl_kill_handovers <= 0) {
-                            std::fprintf(stderr, "backend etcdctl: kill skipped (each handover waits for a 60 s "
-                                                 "lease; --etcdctl-kill-handovers N to run it)\n");
-                            continue;
-                        }
-                        for (int k : cfg.candidates) {
-                            result_set res;
-                            if (bname == "etcd") res = co_await run_etcd(cfg, sc, *etcd, k, self);
-                            else res = co_await run_etcdctl(cfg, sc, *etcd, k);
-                            print_row(res);
-                            if (csv.is_open()) write_csv(csv, res);
-                            results.push_back(std::move(res));
-                        }
-                    }
-                    continue;
-                }
-                std::unique_ptr<backend> be = bname == "http" ? backend::start_http(io, "10ms", "info")
-                                                              : backend::start_inproc(io, 10ms);
-                std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());
-                for (auto const& sname : cfg.scenarios) {
-                    for (int k : cfg.candidates) {
-                        run r(cfg, find_scenario(sname), *be, k, self);
-                        result_set res = co_await r.go();
-                        print_row(res);
-                        if (csv.is_open()) write_csv(csv, res);
-                        results.push_back(std::move(res));
-                    }
-                }
-                be->stop();
-                co_await sleep_for(50ms);  // let the agent's coroutines unwind
-            }
-        },
-        [&](std::exception_ptr e) {
-            if (e) {
-                try {
-                    std::rethrow_exception(e);
-                } catch (std::exception const& x) {
-                    std::cerr << "failover failed: " << x.what() << "\n";
-                }
-                rc = 1;
-            }
-        });
+    asio::co_spawn(io, measure_all(io, cfg, self, rows), [&](std::exception_ptr e) {
+        if (e) {
+            std::cerr << "failover failed: " << message_of(e) << "\n";
+            rc = 1;
+        }
+    });
     io.run();
     std::printf("load average at the end: %s\n", loadavg().c_str());
-    if (!cfg.plot_dir.empty()) plot(cfg, results);
+    if (!cfg.plot_dir.empty()) plot(cfg, rows.results);
     return rc;
 }
