@@ -116,6 +116,16 @@ inline std::string machine() {
     return std::to_string(cores) + " cores (" + cpu + "), " + std::to_string(mem_mib) + " MiB RAM";
 }
 
+// Sends `sig` to the child if it still runs, reaps it, and forgets it.
+inline void stop_process(std::optional<bp::process>& proc, int sig) {
+    if (proc && proc->running()) {
+        ::kill(proc->id(), sig);
+        boost::system::error_code ec;
+        proc->wait(ec);
+    }
+    proc.reset();
+}
+
 // A backend: where the candidates' clients talk to.
 //   http   - the `tenure agent` binary as a child process, over loopback HTTP
 //   inproc - a tenure::agent on the bench's io_context, in-process clients
@@ -181,12 +191,7 @@ public:
     ~backend() { stop(); }
 
     void stop() {
-        if (proc_ && proc_->running()) {
-            ::kill(proc_->id(), SIGTERM);
-            boost::system::error_code ec;
-            proc_->wait(ec);
-        }
-        proc_.reset();
+        stop_process(proc_, SIGTERM);
         if (log_thread_.joinable()) log_thread_.join();  // EOF once the agent has exited
         if (agent_) agent_->stop();
     }
