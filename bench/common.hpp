@@ -1,7 +1,8 @@
-// Shared pieces of the failover and throughput benchmarks: the two Consul
-// backends (the `tenure agent` binary over loopback HTTP, and a tenure::agent
-// in the bench process with in-process clients), child processes that die
-// with the bench, percentiles, the machine's load, and gnuplot.
+// Shared pieces of the benchmarks that link tenure (failover, throughput,
+// scale): the two Consul backends (the `tenure agent` binary over loopback
+// HTTP, and a tenure::agent in the bench process with in-process clients),
+// child processes that die with the bench, percentiles, the machine's load,
+// gnuplot, and small helpers for coroutines and command lines.
 #pragma once
 
 #include <tenure/agent.hpp>
@@ -45,6 +46,15 @@ using steady = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 inline double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// co_await x(tuple_awaitable): errors come back as a value instead of a throw
+// (a cancelled timer is the usual way to be woken here).
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+inline asio::awaitable<void> sleep_for(steady::duration d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(tuple_awaitable);
+}
 
 // What the std::exception behind `e` says (anything else is rethrown): for
 // the completion handlers of co_spawn.

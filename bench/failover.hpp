@@ -24,7 +24,6 @@ class etcd_server;  // etcd_cluster.hpp
 namespace failover_bench {
 
 using namespace bench;
-constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
 inline bool const trace_on = std::getenv("FAILOVER_TRACE") != nullptr;
 #define TRACE(...) do { if (trace_on) { std::fprintf(stderr, "[trace] " __VA_ARGS__); std::fprintf(stderr, "\n"); } } while (0)
@@ -130,11 +129,6 @@ asio::awaitable<bool> wait_until(asio::steady_timer& timer, F cond, steady::time
         co_await timer.async_wait(tuple_awaitable);
     }
     co_return true;
-}
-
-inline asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(tuple_awaitable);
 }
 
 // The kill scenario's child, on either backend (Consul or etcd client): a

@@ -56,7 +56,6 @@ namespace {
 
 using namespace bench;
 namespace consul = tenure::consul;
-constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
 struct config {
     std::string mode = "quick";
@@ -91,11 +90,6 @@ struct worker {
     asio::cancellation_signal stop;
     int cycles = 0;
 };
-
-asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(tuple_awaitable);
-}
 
 asio::awaitable<void> cycle_loop(worker& w, result& r, bool const& measuring, bool const& stopping) {
     try {
