@@ -27,6 +27,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "agent_child.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -46,16 +48,9 @@
 #include <string_view>
 #include <vector>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#ifndef TENURE_BINARY
-#define TENURE_BINARY "tenure"
-#endif
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -164,52 +159,9 @@ std::size_t established_to(unsigned short port) {
     return n;
 }
 
-struct child_agent {
-    pid_t pid = -1;
-    unsigned short port = 0;
-    int stdout_fd = -1;
-};
+using bench::agent_child;  // the agent binary as a child; start_agent_child()
 
-child_agent start_agent(std::string const& binary, std::size_t max_connections) {
-    std::vector<std::string> args = {binary, "agent", "-http-addr", "127.0.0.1:0", "-max-connections",
-                                     std::to_string(max_connections), "-log-level", "warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    pid_t parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() != parent) ::_exit(127);
-        ::dup2(fds[1], STDOUT_FILENO);
-        ::execv(argv[0], argv.data());
-        ::_exit(127);
-    }
-    ::close(fds[1]);
-    std::string line;
-    auto deadline = steady::now() + 15s;
-    while (line.find('\n') == std::string::npos) {
-        pollfd p{fds[0], POLLIN, 0};
-        int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count());
-        if (left <= 0 || ::poll(&p, 1, left) <= 0) throw std::runtime_error("the agent printed no address line");
-        char buf[256];
-        ssize_t r = ::read(fds[0], buf, sizeof buf);
-        if (r <= 0) throw std::runtime_error("the agent exited before printing its address (" + binary + ")");
-        line.append(buf, static_cast<std::size_t>(r));
-    }
-    line.resize(line.find('\n'));
-    auto colon = line.rfind(':');
-    child_agent c;
-    c.pid = pid;
-    c.stdout_fd = fds[0];
-    c.port = static_cast<unsigned short>(std::stoul(line.substr(colon + 1)));
-    return c;
-}
-
-void stop_agent(child_agent& c) {
+void stop_agent(agent_child& c) {
     if (c.pid <= 0) return;
     ::kill(c.pid, SIGTERM);
     int st = 0;
@@ -460,12 +412,12 @@ int main(int argc, char** argv) {
     if (nofile < opts.n + 64)
         std::cerr << "agent_load: warning: RLIMIT_NOFILE is " << nofile << ", below --n + 64\n";
 
-    child_agent child;
+    agent_child child;
     tcp::endpoint ep;
     pid_t agent_pid = opts.agent_pid;
     try {
         if (opts.agent_addr.empty()) {
-            child = start_agent(opts.agent_binary, opts.n + 1024);
+            child = bench::start_agent_child(opts.agent_binary, {"-max-connections", std::to_string(opts.n + 1024)});
             agent_pid = child.pid;
             ep = tcp::endpoint(asio::ip::make_address("127.0.0.1"), child.port);
         } else {

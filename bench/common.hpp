@@ -1,7 +1,8 @@
-// Shared pieces of the failover and throughput benchmarks: the two Consul
-// backends (the `tenure agent` binary over loopback HTTP, and a tenure::agent
-// in the bench process with in-process clients), child processes that die
-// with the bench, percentiles, the machine's load, and gnuplot.
+// Shared pieces of the benchmarks that link tenure (failover, throughput,
+// scale): the two Consul backends (the `tenure agent` binary over loopback
+// HTTP, and a tenure::agent in the bench process with in-process clients),
+// child processes that die with the bench, percentiles, the machine's load,
+// gnuplot, and small helpers for coroutines and command lines.
 #pragma once
 
 #include <tenure/agent.hpp>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -44,6 +46,25 @@ using steady = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 inline double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// co_await x(tuple_awaitable): errors come back as a value instead of a throw
+// (a cancelled timer is the usual way to be woken here).
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+inline asio::awaitable<void> sleep_for(steady::duration d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(tuple_awaitable);
+}
+
+// What the std::exception behind `e` says (anything else is rethrown): for
+// the completion handlers of co_spawn.
+inline std::string message_of(std::exception_ptr e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (std::exception const& x) {
+        return x.what();
+    }
+}
 
 // Boost.Process v2 initializer: the child gets SIGKILL when the bench dies, so
 // an interrupted run leaves no agent or candidate behind.
@@ -103,6 +124,16 @@ inline std::string machine() {
             break;
         }
     return std::to_string(cores) + " cores (" + cpu + "), " + std::to_string(mem_mib) + " MiB RAM";
+}
+
+// Sends `sig` to the child if it still runs, reaps it, and forgets it.
+inline void stop_process(std::optional<bp::process>& proc, int sig) {
+    if (proc && proc->running()) {
+        ::kill(proc->id(), sig);
+        boost::system::error_code ec;
+        proc->wait(ec);
+    }
+    proc.reset();
 }
 
 // A backend: where the candidates' clients talk to.
@@ -170,12 +201,7 @@ public:
     ~backend() { stop(); }
 
     void stop() {
-        if (proc_ && proc_->running()) {
-            ::kill(proc_->id(), SIGTERM);
-            boost::system::error_code ec;
-            proc_->wait(ec);
-        }
-        proc_.reset();
+        stop_process(proc_, SIGTERM);
         if (log_thread_.joinable()) log_thread_.join();  // EOF once the agent has exited
         if (agent_) agent_->stop();
     }
@@ -236,6 +262,13 @@ private:
 inline bool run_gnuplot(std::string const& script) {
     std::string cmd = "gnuplot '" + script + "'";
     return std::system(cmd.c_str()) == 0;
+}
+
+// The value of the flag args[i] (the next argument); advances i. Throws when
+// there is none.
+inline std::string flag_value(std::vector<std::string> const& args, std::size_t& i) {
+    if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
+    return args[++i];
 }
 
 // "a,b,c" -> {"a", "b", "c"}

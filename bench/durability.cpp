@@ -11,6 +11,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "agent_child.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,15 +25,8 @@
 #include <vector>
 
 #include <csignal>
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#ifndef TENURE_BINARY
-#define TENURE_BINARY "tenure"
-#endif
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -43,53 +38,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct child {
-    pid_t pid = -1;
-    unsigned short port = 0;
-    int out = -1;
-};
+using bench::agent_child;  // the agent binary as a child; start_agent_child()
 
-child start(std::string const& binary, std::vector<std::string> extra) {
-    std::vector<std::string> args = {binary, "agent", "-http-addr", "127.0.0.1:0", "-log-level", "warn"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    pid_t parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() != parent) ::_exit(127);
-        ::dup2(fds[1], STDOUT_FILENO);
-        ::execv(argv[0], argv.data());
-        ::_exit(127);
-    }
-    ::close(fds[1]);
-    std::string line;
-    while (line.find('\n') == std::string::npos) {
-        pollfd p{fds[0], POLLIN, 0};
-        if (::poll(&p, 1, 15000) <= 0) throw std::runtime_error("the agent printed no address line");
-        char buf[256];
-        ssize_t r = ::read(fds[0], buf, sizeof buf);
-        if (r <= 0) throw std::runtime_error("the agent exited before printing its address");
-        line.append(buf, static_cast<std::size_t>(r));
-    }
-    line.resize(line.find('\n'));
-    child c;
-    c.pid = pid;
-    c.out = fds[0];
-    c.port = static_cast<unsigned short>(std::stoul(line.substr(line.rfind(':') + 1)));
-    return c;
-}
-
-void stop(child& c) {
+void stop(agent_child& c) {
     ::kill(c.pid, SIGTERM);
     int st = 0;
     ::waitpid(c.pid, &st, 0);
-    ::close(c.out);
+    ::close(c.stdout_fd);
 }
 
 struct run_result {
@@ -172,7 +127,7 @@ int main(int argc, char** argv) {
             if (durable && !::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp in " + dir_base + " failed");
             std::vector<std::string> extra;
             if (durable) extra = {"-data-dir", tmpl};
-            child ag = start(binary, extra);
+            agent_child ag = bench::start_agent_child(binary, extra);
             asio::io_context ioc{1};
             tcp::endpoint ep{asio::ip::make_address("127.0.0.1"), ag.port};
             std::vector<run_result> results(static_cast<std::size_t>(c));

@@ -140,12 +140,7 @@ public:
 
     // SIGKILL (a throwaway member: nothing to flush), reap, remove the data.
     void stop() {
-        if (proc_ && proc_->running()) {
-            ::kill(proc_->id(), SIGKILL);
-            boost::system::error_code ec;
-            proc_->wait(ec);
-        }
-        proc_.reset();
+        stop_process(proc_, SIGKILL);
         if (!dir_.empty()) {
             std::error_code ec;
             std::filesystem::remove_all(dir_, ec);

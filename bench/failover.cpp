@@ -69,6 +69,7 @@
 // (etcdctl: -> the next process printed its key).
 #include "etcd_cluster.hpp"
 #include "failover.hpp"
+#include "failover_run.hpp"
 
 #include <tenure/election.hpp>
 
@@ -107,60 +108,52 @@ int run_child(std::string url, std::string key, std::chrono::milliseconds ttl, s
 // ---------------------------------------------------------------------------
 // One run: a backend, a scenario, K candidates, N handovers.
 
-struct candidate {
-    candidate(asio::any_io_executor ex, int i) : id(i), name("bench-" + std::to_string(i)), resume(ex) {}
-    int id;
-    std::string name;
-    std::unique_ptr<consul::client> cl;
-    tenure::session s;
-    std::optional<tenure::election> e;
-    tenure::leadership_scope scope;
+struct candidate : tenure_candidate<consul::client> {
+    using tenure_candidate::tenure_candidate;
     std::shared_ptr<bool> probe_fail;  // probe scenario: the session's health_probe answers !*probe_fail
-    bool new_session = false;          // set by the controller after an invalidation
-    bool may_campaign = true;
-    asio::steady_timer resume;
-    asio::cancellation_signal stop;
-};
-
-struct child_proc {
-    std::unique_ptr<asio::readable_pipe> out;
-    std::unique_ptr<bp::process> proc;
-    std::string buf;
 };
 
 class run {
 public:
     run(config const& cfg, scenario_def const& sc, backend& be, int k, std::string self_exe)
-        : cfg_(cfg), sc_(sc), be_(be), k_(k), self_(std::move(self_exe)), wake_(be.executor()) {}
+        : cfg_(cfg), sc_(sc), be_(be), k_(k), self_(std::move(self_exe)), wake_(be.executor()), cands_(wake_) {}
 
     asio::awaitable<result_set> go();
 
 private:
-    asio::awaitable<void> candidate_loop(candidate& c);
-    void elected(candidate& c, steady::time_point t) {
-        if (!winner_) {
-            winner_ = &c;
-            t3_ = t;
-        } else {
-            ++double_wins_;
-        }
-        wake_.cancel();
+    // One handover's leader and the moments it is timed by.
+    struct round {
+        std::string sid;       // the leader's session
+        std::string check_id;  // check-fail: the health check bound to it
+        steady::time_point t0{}, t_renew{};
+    };
+
+    void prepare_run();
+    void install_hooks();
+    void remove_hooks();
+    void start_candidates(asio::any_io_executor ex);
+    asio::awaitable<candidate*> handover(candidate& leader, int i, std::vector<sample>& samples);
+    asio::awaitable<void> install_leader(candidate& leader, round& r);
+    asio::awaitable<std::string> start_raw_leader(candidate& leader);
+    asio::awaitable<std::string> start_child_leader(candidate& leader);
+    asio::awaitable<std::string> health_check_of(candidate& leader, std::string const& sid);
+    asio::awaitable<void> park(round& r);
+    asio::awaitable<void> end_term(candidate& leader, round& r);
+    asio::awaitable<sample> time_handover(round& r, candidate const& next, steady::time_point t3);
+    asio::awaitable<void> shut_down();
+
+    asio::awaitable<candidate*> next_winner(steady::time_point deadline) {
+        return cands_.next_winner(deadline, [this] { return cands_.failure(); });
     }
-    asio::awaitable<candidate*> next_winner(steady::time_point deadline);
     asio::awaitable<void> hold(int followers, bool leader_monitor);
     void arm_observer(std::string const& sid, bool key_mode);
     asio::awaitable<void> observe(std::string sid, bool key_mode);
     void disarm_observer();
     asio::awaitable<void> swap_to(candidate& w, std::string const& sid, std::string const& value);
-    asio::awaitable<std::string> read_child_line(child_proc& ch);
     // Each sign of the invalidation (or release) is an upper bound: keep the earliest.
     void set_t1(steady::time_point t) {
         if (!t1_ || t < *t1_) t1_ = t;
         wake_.cancel();
-    }
-    void resume_candidate(candidate& c) {
-        c.may_campaign = true;
-        c.resume.cancel();
     }
     std::chrono::nanoseconds delay() const { return sc_.delay ? std::chrono::nanoseconds(cfg_.lock_delay) : 0ns; }
     steady::duration round_timeout() const { return 2 * cfg_.ttl + cfg_.lock_delay + 10s; }
@@ -172,15 +165,15 @@ private:
     std::string self_;
     std::string key_;
     tenure::session_options so_;
-    std::vector<std::unique_ptr<candidate>> cands_;
     std::unique_ptr<consul::client> admin_;  // the raw session, the hand-over txn, the http observer
     asio::steady_timer wake_;                // the controller waits on it
-    candidate* winner_ = nullptr;
-    steady::time_point t3_{};
-    int double_wins_ = 0;
-    bool stopping_ = false;
-    int finished_ = 0;
-    std::string failure_;
+    candidate_set<candidate> cands_;
+    std::optional<child_proc> child_;        // kill: this round's leader
+
+    // The in-process agent's hooks as they were before the run (restored after it).
+    std::function<void(tenure::detail::agent::session_entry const&, tenure::detail::agent::invalidation_cause)>
+        saved_hook_;
+    std::function<void(std::string_view)> saved_reject_hook_;
 
     // Observation of the round's invalidation (or key release).
     std::string watch_sid_;
@@ -194,56 +187,6 @@ private:
     int rejects_ = 0;
     std::mt19937_64 rng_{std::random_device{}()};
 };
-
-asio::awaitable<void> run::candidate_loop(candidate& c) {
-    try {
-        while (!stopping_) {
-            if (c.new_session || !c.s.valid() || c.s.state() == tenure::session_state::lost) {
-                c.new_session = false;
-                tenure::session_options so = so_;
-                so.name = c.name;
-                if (sc_.name == "probe") {
-                    auto flag = std::make_shared<bool>(false);
-                    c.probe_fail = flag;
-                    so.health_probe = [flag] { return !*flag; };
-                }
-                c.e.reset();
-                c.s = tenure::session{};  // the old one closes in the background
-                c.s = co_await tenure::session::create(*c.cl, so);
-                c.e.emplace(c.s, key_, c.name);
-            }
-            auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
-            auto const t = steady::now();
-            if (stopping_ || ec == asio::error::operation_aborted) break;
-            if (ec) {
-                c.new_session = true;  // our session was lost while waiting
-                continue;
-            }
-            c.scope = std::move(scope);
-            c.may_campaign = false;
-            elected(c, t);
-            while (!c.may_campaign && !stopping_) {
-                c.resume.expires_at(steady::time_point::max());
-                co_await c.resume.async_wait(tuple_awaitable);
-            }
-        }
-    } catch (boost::system::system_error const& e) {
-        if (e.code() != asio::error::operation_aborted) throw;
-    }
-    // Stopped: release and close before the client goes away.
-    co_await asio::this_coro::reset_cancellation_state();
-    if (c.scope.held()) co_await c.scope.release(tuple_awaitable);
-    if (c.s.valid() && c.s.state() != tenure::session_state::lost) co_await c.s.close(tuple_awaitable);
-}
-
-asio::awaitable<candidate*> run::next_winner(steady::time_point deadline) {
-    co_await wait_until(wake_, [&] { return winner_ != nullptr || !failure_.empty(); }, deadline);
-    if (!failure_.empty()) throw std::runtime_error(failure_);
-    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-    auto* w = winner_;
-    winner_ = nullptr;
-    co_return w;
-}
 
 // Lets the followers park in their blocking queries before the term ends.
 asio::awaitable<void> run::hold(int followers, bool leader_monitor) {
@@ -339,47 +282,55 @@ asio::awaitable<void> run::swap_to(candidate& w, std::string const& sid, std::st
     // The previous winner notices (released_by_other) and campaigns again.
     co_await w.scope.wait_lost(tuple_awaitable);
     w.scope = tenure::leadership_scope{};
-    resume_candidate(w);
-}
-
-asio::awaitable<std::string> run::read_child_line(child_proc& ch) {
-    auto [ec, n] = co_await asio::async_read_until(*ch.out, asio::dynamic_buffer(ch.buf), '\n', tuple_awaitable);
-    if (ec) throw std::runtime_error("the --candidate child exited: " + ec.message());
-    std::string line = ch.buf.substr(0, n - 1);
-    ch.buf.erase(0, n);
-    co_return line;
+    cands_.resume(w);
 }
 
 asio::awaitable<result_set> run::go() {
-    auto ex = co_await asio::this_coro::executor;
-    result_set out;
-    out.backend = be_.name();
-    out.scenario = sc_.name;
-    out.candidates = k_;
-    out.lock_delay_ms = ms(delay());
-    out.ttl_ms = static_cast<double>(cfg_.ttl.count());
+    result_set out =
+        new_result_set(be_.name(), sc_.name, k_, ms(delay()), static_cast<double>(cfg_.ttl.count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
+    prepare_run();
+    install_hooks();
+    start_candidates(co_await asio::this_coro::executor);
+    try {
+        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
+        for (int i = 0; i < n; ++i) {
+            print_progress(6, be_.name(), sc_.name, k_, i, n);
+            leader = co_await handover(*leader, i, out.samples);
+        }
+        print_progress(6, be_.name(), sc_.name, k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        print_stopped(be_.name(), sc_.name, k_, out.samples.size(), e.what());
+    }
+    cands_.warn_double_wins();
+    co_await shut_down();
+    out.load = loadavg();
+    co_return out;
+}
 
+// The run's key and its candidates' session options.
+void run::prepare_run() {
     key_ = "bench/failover/" + sc_.name + "/" + std::to_string(k_) + "/" +
            std::to_string(steady::now().time_since_epoch().count());
     so_.ttl = sc_.name == "probe" ? std::chrono::nanoseconds(cfg_.ttl) : std::chrono::nanoseconds(quiet_ttl);
     so_.lock_delay = delay();
     if (sc_.name == "check-fail" || sc_.name == "probe") so_.health_check_ttl = 3 * so_.ttl;
     admin_ = be_.make_client();
+}
 
+// Where the signs of each invalidation come from.
+void run::install_hooks() {
     // In-process: the exact moment of the invalidation, from the state machine.
-    std::function<void(tenure::detail::agent::session_entry const&, tenure::detail::agent::invalidation_cause)>
-        saved_hook;
-    std::function<void(std::string_view)> saved_reject_hook;
     if (auto* a = be_.agent()) {
-        saved_reject_hook = tenure::detail::agent_access::state(*a).on_lock_delay_reject;
-        tenure::detail::agent_access::state(*a).on_lock_delay_reject = [this, saved_reject_hook](std::string_view key) {
-            if (saved_reject_hook) saved_reject_hook(key);
+        saved_reject_hook_ = tenure::detail::agent_access::state(*a).on_lock_delay_reject;
+        tenure::detail::agent_access::state(*a).on_lock_delay_reject = [this, saved = saved_reject_hook_](std::string_view key) {
+            if (saved) saved(key);
             if (key == key_) ++rejects_;
         };
-        saved_hook = tenure::detail::agent_access::state(*a).on_invalidate;
-        tenure::detail::agent_access::state(*a).on_invalidate = [this, saved_hook](auto const& s, auto cause) {
-            if (saved_hook) saved_hook(s, cause);
+        saved_hook_ = tenure::detail::agent_access::state(*a).on_invalidate;
+        tenure::detail::agent_access::state(*a).on_invalidate = [this, saved = saved_hook_](auto const& s, auto cause) {
+            if (saved) saved(s, cause);
             if (!watch_sid_.empty() && s.id == watch_sid_) set_t1(steady::now());
         };
     }
@@ -393,191 +344,177 @@ asio::awaitable<result_set> run::go() {
             set_t1(t);
         });
     }
+}
 
-    // The candidates in this process: K, or K-1 beside the raw session / child leader.
-    int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
-    for (int i = 0; i < local; ++i) {
-        cands_.push_back(std::make_unique<candidate>(ex, i));
-        cands_.back()->cl = be_.make_client();
-    }
-    for (auto& c : cands_) {
-        asio::co_spawn(ex, candidate_loop(*c),
-                       asio::bind_cancellation_slot(c->stop.slot(), [this](std::exception_ptr e) {
-                           ++finished_;
-                           if (e) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure_ = std::string("candidate failed: ") + x.what();
-                               }
-                           }
-                           wake_.cancel();
-                       }));
-    }
-
-    std::optional<child_proc> child;
-    char const* label_fmt = "\r  %-6s %-10s K=%-3d %4d/%d handovers";
-    try {
-        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
-        for (int i = 0; i < n; ++i) {
-            std::fprintf(stderr, label_fmt, be_.name().c_str(), sc_.name.c_str(), k_, i, n);
-            sample s;
-            s.lock_delay = ms(delay());
-            std::string sid;
-            steady::time_point t0{}, t_renew{};
-            std::string check_id;
-
-            // 1. The leader of this round.
-            if (sc_.leader == leader_kind::raw) {
-                consul::session_request req;
-                req.name = "bench-raw";
-                req.ttl = cfg_.ttl;
-                req.lock_delay = delay();
-                req.node_checks = std::vector<std::string>{};  // only the TTL keeps it alive
-                sid = co_await admin_->session_create(req);
-                std::string value = "raw";
-                co_await swap_to(*leader, sid, value);
-            } else if (sc_.leader == leader_kind::child) {
-                child.emplace();
-                child->out = std::make_unique<asio::readable_pipe>(ex);
-                std::vector<std::string> args{"--candidate", "--consul", be_.url(), "--key", key_,
-                                              "--ttl-ms", std::to_string(cfg_.ttl.count()),
-                                              "--lock-delay-ms", std::to_string(cfg_.lock_delay.count())};
-                child->proc = std::make_unique<bp::process>(ex, self_, args, bp::process_stdio{{}, *child->out, {}},
-                                                            die_with_parent{});
-                std::string ready = co_await read_child_line(*child);
-                if (ready.rfind("READY ", 0) != 0) throw std::runtime_error("child said: " + ready);
-                sid = ready.substr(6);
-                std::string value = "child";
-                co_await swap_to(*leader, sid, value);
-                std::string elected_line = co_await read_child_line(*child);
-                if (elected_line.rfind("ELECTED ", 0) != 0) throw std::runtime_error("child said: " + elected_line);
-            } else {
-                sid = leader->s.id();
-                if (sc_.name == "check-fail") {
-                    auto info = co_await leader->cl->session_info_get(sid);
-                    if (info.value)
-                        for (auto const& c : info.value->node_checks)
-                            if (c.rfind("tenure-health:", 0) == 0) check_id = c;
-                    if (check_id.empty()) throw std::runtime_error("the leader's session has no health check");
-                }
-            }
-
-            TRACE("round %d leader installed %s", i, sid.c_str());
-            // 2. Followers park; the observer too.
-            int followers = sc_.leader == leader_kind::candidate ? local - 1 : local;
-            co_await hold(followers, sc_.leader != leader_kind::raw);
-            TRACE("held");
-            if (sc_.leader == leader_kind::raw) {
-                // The last renewal the raw session will ever get, once the followers
-                // are parked again (so that the agent is idle when it handles it).
-                t_renew = steady::now();
-                co_await admin_->session_renew(sid);
-            }
-            arm_observer(sid, sc_.name == "clean");
-            if (!be_.agent()) {
-                co_await wait_until(wake_, [&] { return obs_parked_ || !obs_running_; }, steady::now() + 5s);
-                co_await sleep_for(1ms);
-            }
-
-            TRACE("observer parked %d running %d", int(obs_parked_), int(obs_running_));
-            // A SIGKILL or a failing probe strikes at a random moment of the
-            // leader's renewal cycle (every TTL/2), not right after a renewal.
-            if (sc_.name == "kill" || sc_.name == "probe") {
-                std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(cfg_.ttl).count() / 2);
-                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
-            }
-
-            // 3. End the term.
-            rejects_ = 0;
-            t0 = steady::now();
-            if (sc_.name == "clean") {
-                co_await leader->scope.release(tuple_awaitable);
-            } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
-                co_await leader->cl->session_destroy(sid);
-            } else if (sc_.name == "check-fail") {
-                std::string note = "failover bench";
-                co_await leader->cl->check_fail(check_id, note);
-            } else if (sc_.name == "probe") {
-                *leader->probe_fail = true;
-            } else if (sc_.name == "kill") {
-                ::kill(child->proc->id(), SIGKILL);
-            }  // ttl: nothing to do, the server's TTL timer ends it
-            // The answer to the request that ended the term comes after the
-            // server acted on it: an upper bound for the invalidation / release.
-            TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - t0), t1_ ? "set" : "unset");
-            if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0)
-                set_t1(steady::now());
-
-            TRACE("term ended");
-            // 4. The next leader.
-            candidate* next = co_await next_winner(steady::now() + round_timeout());
-            auto const t3 = t3_;
-            co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
-            if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
-                co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
-            disarm_observer();
-            co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
-            TRACE("winner %d, t1 %d", next->id, int(t1_.has_value()));
-            if (sc_.name == "ttl" && t1_) t0 = *t1_;
-            s.latency = ms(t3 - t0);
-            if (t1_) {
-                s.detection = ms(*t1_ - t0);
-                s.acquisition = ms(t3 - *t1_) - s.lock_delay;
-            }
-            if (be_.agent()) s.rejected = rejects_;
-            if (t_query_) s.query_detection = ms(*t_query_ - t0);
-            if (sc_.name == "ttl") {
-                if (t1_) s.renew_to_inval = ms(*t1_ - t_renew);
-                s.from_renewal = ms(t3 - t_renew);
-            }
-            out.samples.push_back(s);
-
-            // 5. The old leader campaigns again.
-            if (sc_.leader == leader_kind::candidate) {
-                leader->scope = tenure::leadership_scope{};
-                if (sc_.name != "clean") leader->new_session = true;
-                resume_candidate(*leader);
-            } else if (child) {
-                co_await child->proc->async_wait(tuple_awaitable);
-                child.reset();
-            }
-            leader = next;
-            TRACE("round done");
-        }
-        std::fprintf(stderr, label_fmt, be_.name().c_str(), sc_.name.c_str(), k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        std::fprintf(stderr, "\n  %s %s K=%d stopped after %zu handovers: %s\n", be_.name().c_str(), sc_.name.c_str(),
-                     k_, out.samples.size(), e.what());
-    }
-    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
-
-    // Stop: every candidate releases and closes its session.
-    disarm_observer();
-    co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
-    if (child && child->proc->running()) {
-        ::kill(child->proc->id(), SIGKILL);
-        co_await child->proc->async_wait(tuple_awaitable);
-    }
-    TRACE("stopping");
-    stopping_ = true;
-    for (auto& c : cands_) {
-        c->stop.emit(asio::cancellation_type::terminal);
-        c->resume.cancel();
-    }
-    co_await wait_until(wake_, [&] { return finished_ == local; }, steady::now() + 15s);
-    if (finished_ != local) std::fprintf(stderr, "  warning: %d candidates did not stop\n", local - finished_);
-    co_await sleep_for(20ms);  // background closes of replaced sessions
-    for (auto& c : cands_) c->cl->close();
-    admin_->close();
+void run::remove_hooks() {
     be_.on_log({});
     if (auto* a = be_.agent()) {
-        tenure::detail::agent_access::state(*a).on_invalidate = saved_hook;
-        tenure::detail::agent_access::state(*a).on_lock_delay_reject = saved_reject_hook;
+        tenure::detail::agent_access::state(*a).on_invalidate = saved_hook_;
+        tenure::detail::agent_access::state(*a).on_lock_delay_reject = saved_reject_hook_;
     }
-    out.load = loadavg();
-    co_return out;
+}
+
+// The candidates in this process: K, or K-1 beside the raw session / child leader.
+void run::start_candidates(asio::any_io_executor ex) {
+    int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
+    bool const probe = sc_.name == "probe";
+    cands_.start(
+        ex, local, [this] { return be_.make_client(); }, key_, so_,
+        [probe](candidate& c, tenure::session_options& so) {
+            if (!probe) return;
+            auto flag = std::make_shared<bool>(false);
+            c.probe_fail = flag;
+            so.health_probe = [flag] { return !*flag; };
+        });
+}
+
+// One handover, from `leader`'s term to the next leader's: appends its sample
+// and returns the next leader.
+asio::awaitable<candidate*> run::handover(candidate& leader, int i, std::vector<sample>& samples) {
+    round r;
+    co_await install_leader(leader, r);
+    TRACE("round %d leader installed %s", i, r.sid.c_str());
+    co_await park(r);
+    co_await end_term(leader, r);
+    TRACE("term ended");
+
+    // 4. The next leader.
+    candidate* next = co_await next_winner(steady::now() + round_timeout());
+    auto const t3 = cands_.elected_at();
+    sample const s = co_await time_handover(r, *next, t3);
+    samples.push_back(s);
+
+    // 5. The old leader campaigns again.
+    co_await retire_leader(cands_, leader, sc_, child_);
+    TRACE("round done");
+    co_return next;
+}
+
+// 1. The leader of this round: the previous winner, or the raw session or
+// the child it hands the key to.
+asio::awaitable<void> run::install_leader(candidate& leader, round& r) {
+    if (sc_.leader == leader_kind::raw) {
+        r.sid = co_await start_raw_leader(leader);
+    } else if (sc_.leader == leader_kind::child) {
+        r.sid = co_await start_child_leader(leader);
+    } else {
+        r.sid = leader.s.id();
+        if (sc_.name == "check-fail") r.check_id = co_await health_check_of(leader, r.sid);
+    }
+}
+
+// ttl: a raw session (TTL T, renewed only by the bench) takes the key.
+asio::awaitable<std::string> run::start_raw_leader(candidate& leader) {
+    consul::session_request req;
+    req.name = "bench-raw";
+    req.ttl = cfg_.ttl;
+    req.lock_delay = delay();
+    req.node_checks = std::vector<std::string>{};  // only the TTL keeps it alive
+    std::string sid = co_await admin_->session_create(req);
+    std::string value = "raw";
+    co_await swap_to(leader, sid, value);
+    co_return sid;
+}
+
+// kill: a child process (this binary, --candidate) takes the key.
+asio::awaitable<std::string> run::start_child_leader(candidate& leader) {
+    std::vector<std::string> args{"--candidate", "--consul", be_.url(), "--key", key_,
+                                  "--ttl-ms", std::to_string(cfg_.ttl.count()),
+                                  "--lock-delay-ms", std::to_string(cfg_.lock_delay.count())};
+    std::string sid = co_await start_child(child_, self_, args);
+    std::string value = "child";
+    co_await swap_to(leader, sid, value);
+    co_await expect_child_line(*child_, "ELECTED ");
+    co_return sid;
+}
+
+// check-fail: the tenure health check bound to the leader's session.
+asio::awaitable<std::string> run::health_check_of(candidate& leader, std::string const& sid) {
+    std::string check_id;
+    auto info = co_await leader.cl->session_info_get(sid);
+    if (info.value)
+        for (auto const& c : info.value->node_checks)
+            if (c.rfind("tenure-health:", 0) == 0) check_id = c;
+    if (check_id.empty()) throw std::runtime_error("the leader's session has no health check");
+    co_return check_id;
+}
+
+// 2. Followers park; the observer too.
+asio::awaitable<void> run::park(round& r) {
+    int const followers = sc_.leader == leader_kind::candidate ? cands_.size() - 1 : cands_.size();
+    co_await hold(followers, sc_.leader != leader_kind::raw);
+    TRACE("held");
+    if (sc_.leader == leader_kind::raw) {
+        // The last renewal the raw session will ever get, once the followers
+        // are parked again (so that the agent is idle when it handles it).
+        r.t_renew = steady::now();
+        co_await admin_->session_renew(r.sid);
+    }
+    arm_observer(r.sid, sc_.name == "clean");
+    if (!be_.agent()) {
+        co_await wait_until(wake_, [&] { return obs_parked_ || !obs_running_; }, steady::now() + 5s);
+        co_await sleep_for(1ms);
+    }
+
+    TRACE("observer parked %d running %d", int(obs_parked_), int(obs_running_));
+    // A SIGKILL or a failing probe strikes at a random moment of the
+    // leader's renewal cycle (every TTL/2), not right after a renewal.
+    if (sc_.name == "kill" || sc_.name == "probe") {
+        std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(cfg_.ttl).count() / 2);
+        co_await sleep_for(std::chrono::microseconds(phase(rng_)));
+    }
+}
+
+// 3. End the term.
+asio::awaitable<void> run::end_term(candidate& leader, round& r) {
+    rejects_ = 0;
+    r.t0 = steady::now();
+    if (sc_.name == "clean") {
+        co_await leader.scope.release(tuple_awaitable);
+    } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
+        co_await leader.cl->session_destroy(r.sid);
+    } else if (sc_.name == "check-fail") {
+        std::string note = "failover bench";
+        co_await leader.cl->check_fail(r.check_id, note);
+    } else if (sc_.name == "probe") {
+        *leader.probe_fail = true;
+    } else if (sc_.name == "kill") {
+        ::kill(child_->proc->id(), SIGKILL);
+    }  // ttl: nothing to do, the server's TTL timer ends it
+    // The answer to the request that ended the term comes after the
+    // server acted on it: an upper bound for the invalidation / release.
+    TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - r.t0), t1_ ? "set" : "unset");
+    if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0)
+        set_t1(steady::now());
+}
+
+// The handover's sample, once the observer has had its chance to see the
+// invalidation; `next` was elected at t3.
+asio::awaitable<sample> run::time_handover(round& r, candidate const& next, steady::time_point t3) {
+    co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
+    if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
+        co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
+    disarm_observer();
+    co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
+    TRACE("winner %d, t1 %d", next.id, int(t1_.has_value()));
+    sample s;
+    s.lock_delay = ms(delay());
+    auto const ended = set_timings(s, sc_.name == "ttl", r.t0, t1_, t3, r.t_renew);
+    if (be_.agent()) s.rejected = rejects_;
+    if (t_query_) s.query_detection = ms(*t_query_ - ended);
+    co_return s;
+}
+
+// Stop: every candidate releases and closes its session.
+asio::awaitable<void> run::shut_down() {
+    disarm_observer();
+    co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
+    co_await kill_child(child_);
+    TRACE("stopping");
+    co_await cands_.stop();
+    cands_.close_clients();
+    admin_->close();
+    remove_hooks();
 }
 
 // ---------------------------------------------------------------------------
@@ -648,6 +585,142 @@ void write_cdf(std::string const& path, std::vector<double> v) {
         f << v[i] << ' ' << static_cast<double>(i + 1) / static_cast<double>(v.size()) << '\n';
 }
 
+// Which kinds of backend a scenario's rows come from.
+struct backend_mix {
+    bool consul = false, etcd = false, etcdctl = false;
+    double etcd_ttl_ms = 0;
+    bool any_etcd() const { return etcd || etcdctl; }
+};
+
+backend_mix mix_of(std::vector<result_set const*> const& sets) {
+    backend_mix m;
+    for (auto* r : sets) {
+        if (r->backend == "etcd") {
+            m.etcd = true;
+            m.etcd_ttl_ms = r->ttl_ms;
+        } else if (r->backend == "etcdctl") {
+            m.etcdctl = true;
+        } else {
+            m.consul = true;
+        }
+    }
+    return m;
+}
+
+// "Failover: <what ends the term> — <the parameters of each kind of series present>".
+std::string plot_heading(config const& cfg, scenario_def const& sc, backend_mix const& mix,
+                         std::vector<result_set const*> const& sets) {
+    std::size_t n_min = SIZE_MAX, n_max = 0;
+    for (auto* r : sets) {
+        n_min = std::min(n_min, r->samples.size());
+        n_max = std::max(n_max, r->samples.size());
+    }
+    std::string params;
+    auto add = [&](std::string const& p) { params += (params.empty() ? "" : ", ") + p; };
+    if (mix.consul) {
+        if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
+        add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
+    }
+    if (mix.etcd)
+        add(std::string("etcd") +
+            (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(mix.etcd_ttl_ms / 1000)) + " s" : "") +
+            (mix.consul && sc.delay ? ", lock-delay 0" : ""));
+    if (mix.etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
+    add((n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
+        " handovers per line");
+    std::string title = mix.consul ? sc.title : sc.etcd_title;
+    if (mix.consul && mix.any_etcd() && sc.etcd_title != sc.title) title += " / etcd: " + sc.etcd_title;
+    return "Failover: " + title + " — " + params;
+}
+
+// A gnuplot `plot` command with one CDF line per row (backend, K) of the
+// samples' `field`, each written to its own .dat file; empty if no row has one.
+template <class Field>
+std::string cdf_plot(std::filesystem::path const& dir, std::string const& name, std::string const& what,
+                     std::vector<result_set const*> const& sets, std::map<int, std::string>& color_of, Field field) {
+    std::string cmd = "plot ";
+    bool first = true;
+    for (auto* r : sets) {
+        auto v = column(r->samples, field);
+        if (v.empty()) continue;
+        std::string file =
+            (dir / "gnuplot" / (name + "_" + what + "_" + r->backend + "_" + std::to_string(r->candidates) + ".dat"))
+                .string();
+        write_cdf(file, v);
+        if (!first) cmd += ", \\\n     ";
+        first = false;
+        // Solid: Consul over HTTP; dashed: in-process; dash-dot: etcd; dotted: etcdctl.
+        std::string const dt = r->backend == "http"     ? "1"
+                               : r->backend == "inproc" ? "2"
+                               : r->backend == "etcd"   ? "4"
+                                                        : "3";
+        cmd += "'" + file + "' using 1:2 with steps lw " + (dt == "3" ? "3" : "2") + " dt " + dt + " lc rgb '" +
+               color_of[r->candidates] + "' title '" + r->backend + ", K=" + std::to_string(r->candidates) + "'";
+    }
+    return first ? std::string() : cmd + "\n";
+}
+
+// Panel 1's x axis: the handover latency (ttl: from the last renewal).
+void latency_axis(std::ofstream& g, scenario_def const& sc, backend_mix const& mix) {
+    if (!sc.delay) {
+        g << "set logscale x\n";
+        g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
+    } else if (sc.name == "ttl") {
+        g << "set xlabel 'ms from the last renewal of the leader session to the next acquire() resolved'\n";
+    } else if (sc.name == "kill" && mix.etcdctl) {
+        g << "set logscale x\nset key top left\n";  // the etcdctl lines are at the far right
+        g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
+    } else {
+        g << "set xlabel 'handover latency (ms): end of the term -> next acquire() resolved'\n";
+    }
+}
+
+// Panel 1's title beside the acquisition panel: what the latency is made of.
+std::string latency_panel_title(scenario_def const& sc, backend_mix const& mix) {
+    bool const ttl = sc.name == "ttl";
+    std::string t = "latency: detection + lock-delay + acquisition";
+    if (ttl) t = "from the last renewal: the 2 x TTL grace + lock-delay + acquisition";
+    else if (sc.name == "kill") t = "from the SIGKILL: TTL lapse (1.5-2 x TTL) + lock-delay + acquisition";
+    if (ttl && mix.etcd) t += " (etcd: TTL + up to 0.5 s)";
+    else if (sc.name == "kill" && mix.any_etcd()) t += " (etcd: 2/3-1 x TTL + up to 0.5 s)";
+    else if (sc.name == "probe") t = "from the probe turning false: next renewal (< TTL/2) + lock-delay + acquisition";
+    return t;
+}
+
+// The gnuplot script of one scenario's PNG (`sets`: its rows with samples).
+void write_plot_script(std::filesystem::path const& gp, std::filesystem::path const& png, config const& cfg,
+                       std::string const& name, std::vector<result_set const*> const& sets,
+                       std::map<int, std::string>& color_of) {
+    auto const& sc = find_scenario(name);
+    bool const two_panels = sc.delay;
+    auto const mix = mix_of(sets);
+    std::filesystem::path const dir = cfg.plot_dir;
+    std::ofstream g(gp);
+    g << "set terminal pngcairo size " << (two_panels ? 1400 : (mix.any_etcd() ? 1000 : 800))
+      << ",560 font 'DejaVu Sans,10'\n";
+    g << "set output '" << png.string() << "'\n";
+    g << "set key bottom right\nset grid\nset yrange [0:1]\nset ytics 0.1\n";
+    g << "set ylabel 'fraction of handovers'\n";
+    if (two_panels)
+        g << "set multiplot layout 1,2 title \"" << plot_heading(cfg, sc, mix, sets) << "\"\n";
+    else
+        g << "set title \"" << plot_heading(cfg, sc, mix, sets) << "\"\n";
+
+    // Panel 1: the handover latency.
+    latency_axis(g, sc, mix);
+    if (two_panels) g << "set title '" << latency_panel_title(sc, mix) << "'\n";
+    g << (name == "ttl" ? cdf_plot(dir, name, "from_renewal", sets, color_of,
+                                   [](sample const& s) { return s.from_renewal; })
+                        : cdf_plot(dir, name, "latency", sets, color_of, [](sample const& s) { return s.latency; }));
+    if (two_panels) {
+        g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\nset key bottom right\n";
+        g << "set logscale x\n";
+        g << "set xlabel 'ms from invalidation + lock-delay to the next acquire() resolved (log scale)'\n";
+        g << cdf_plot(dir, name, "acquisition", sets, color_of, [](sample const& s) { return s.acquisition; });
+        g << "unset multiplot\n";
+    }
+}
+
 // A PNG per scenario: the CDF of the handover latency, one line per backend and
 // candidate count; scenarios with a lock-delay or a detection phase get a second
 // panel with the acquisition (the overshoot past the lock-delay).
@@ -663,109 +736,9 @@ void plot(config const& cfg, std::vector<result_set> const& results) {
     for (auto k : cfg.candidates) color_of.emplace(k, colors[color_of.size() % colors.size()]);
 
     for (auto const& [name, sets] : by_scenario) {
-        auto const& sc = find_scenario(name);
-        bool two_panels = sc.delay;
-        bool ttl = name == "ttl";
         fs::path gp = dir / "gnuplot" / ("failover_" + name + ".gp");
         fs::path png = dir / ("failover_" + name + ".png");
-        std::ofstream g(gp);
-        std::size_t n_min = SIZE_MAX, n_max = 0;
-        for (auto* r : sets) {
-            n_min = std::min(n_min, r->samples.size());
-            n_max = std::max(n_max, r->samples.size());
-        }
-        bool has_consul = false, has_etcd = false, has_etcdctl = false;
-        double etcd_ttl_ms = 0;
-        for (auto* r : sets) {
-            if (r->backend == "etcd") {
-                has_etcd = true;
-                etcd_ttl_ms = r->ttl_ms;
-            } else if (r->backend == "etcdctl") {
-                has_etcdctl = true;
-            } else {
-                has_consul = true;
-            }
-        }
-        // The parameters of each kind of series present.
-        std::string params;
-        auto add = [&](std::string const& p) { params += (params.empty() ? "" : ", ") + p; };
-        if (has_consul) {
-            if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
-            add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
-        }
-        if (has_etcd)
-            add(std::string("etcd") + (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(etcd_ttl_ms / 1000)) + " s" : "") +
-                (has_consul && sc.delay ? ", lock-delay 0" : ""));
-        if (has_etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
-        add((n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
-            " handovers per line");
-        std::string title = has_consul ? sc.title : sc.etcd_title;
-        if (has_consul && (has_etcd || has_etcdctl) && sc.etcd_title != sc.title) title += " / etcd: " + sc.etcd_title;
-        g << "set terminal pngcairo size " << (two_panels ? 1400 : (has_etcd || has_etcdctl ? 1000 : 800))
-          << ",560 font 'DejaVu Sans,10'\n";
-        g << "set output '" << png.string() << "'\n";
-        g << "set key bottom right\nset grid\nset yrange [0:1]\nset ytics 0.1\n";
-        g << "set ylabel 'fraction of handovers'\n";
-        if (two_panels)
-            g << "set multiplot layout 1,2 title \"Failover: " << title << " — " << params << "\"\n";
-        else
-            g << "set title \"Failover: " << title << " — " << params << "\"\n";
-
-        auto series = [&](std::string const& what, auto field) {
-            std::string cmd = "plot ";
-            bool first = true;
-            for (auto* r : sets) {
-                auto v = column(r->samples, field);
-                if (v.empty()) continue;
-                std::string file = (dir / "gnuplot" / (name + "_" + what + "_" + r->backend + "_" +
-                                                       std::to_string(r->candidates) + ".dat"))
-                                       .string();
-                write_cdf(file, v);
-                if (!first) cmd += ", \\\n     ";
-                first = false;
-                // Solid: Consul over HTTP; dashed: in-process; dash-dot: etcd; dotted: etcdctl.
-                std::string const dt = r->backend == "http"     ? "1"
-                                       : r->backend == "inproc" ? "2"
-                                       : r->backend == "etcd"   ? "4"
-                                                                : "3";
-                cmd += "'" + file + "' using 1:2 with steps lw " + (dt == "3" ? "3" : "2") + " dt " + dt +
-                       " lc rgb '" + color_of[r->candidates] + "' title '" + r->backend + ", K=" +
-                       std::to_string(r->candidates) + "'";
-            }
-            return first ? std::string() : cmd + "\n";
-        };
-
-        // Panel 1: the handover latency.
-        if (!sc.delay) {
-            g << "set logscale x\n";
-            g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
-        } else if (ttl) {
-            g << "set xlabel 'ms from the last renewal of the leader session to the next acquire() resolved'\n";
-        } else if (name == "kill" && has_etcdctl) {
-            g << "set logscale x\nset key top left\n";  // the etcdctl lines are at the far right
-            g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
-        } else {
-            g << "set xlabel 'handover latency (ms): end of the term -> next acquire() resolved'\n";
-        }
-        if (two_panels) {
-            std::string t = "latency: detection + lock-delay + acquisition";
-            if (ttl) t = "from the last renewal: the 2 x TTL grace + lock-delay + acquisition";
-            else if (name == "kill") t = "from the SIGKILL: TTL lapse (1.5-2 x TTL) + lock-delay + acquisition";
-            if (ttl && has_etcd) t += " (etcd: TTL + up to 0.5 s)";
-            else if (name == "kill" && (has_etcd || has_etcdctl)) t += " (etcd: 2/3-1 x TTL + up to 0.5 s)";
-            else if (name == "probe") t = "from the probe turning false: next renewal (< TTL/2) + lock-delay + acquisition";
-            g << "set title '" << t << "'\n";
-        }
-        g << (ttl ? series("from_renewal", [](sample const& s) { return s.from_renewal; })
-                  : series("latency", [](sample const& s) { return s.latency; }));
-        if (two_panels) {
-            g << "unset title\nset title 'acquisition: overshoot past the end of the lock-delay'\nset key bottom right\n";
-            g << "set logscale x\n";
-            g << "set xlabel 'ms from invalidation + lock-delay to the next acquire() resolved (log scale)'\n";
-            g << series("acquisition", [](sample const& s) { return s.acquisition; });
-            g << "unset multiplot\n";
-        }
-        g.close();
+        write_plot_script(gp, png, cfg, name, sets, color_of);
         if (!run_gnuplot(gp.string()))
             std::fprintf(stderr, "gnuplot failed for %s (is gnuplot-nox installed?)\n", gp.c_str());
         else
@@ -830,32 +803,24 @@ int usage() {
     return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    auto value = [&](std::size_t& i) -> std::string {
-        if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
-        return args[++i];
-    };
-
-    if (!args.empty() && args[0] == "--candidate") {
-        std::string url, key, etcd_url;
-        int ttl = 1000, delay = 0;
-        for (std::size_t i = 1; i < args.size(); ++i) {
-            if (args[i] == "--consul") url = value(i);
-            else if (args[i] == "--etcd") etcd_url = value(i);
-            else if (args[i] == "--key") key = value(i);
-            else if (args[i] == "--ttl-ms") ttl = std::stoi(value(i));
-            else if (args[i] == "--lock-delay-ms") delay = std::stoi(value(i));
-            else return usage();
-        }
-        if (!etcd_url.empty()) return run_etcd_child(etcd_url, key, std::chrono::milliseconds(ttl));
-        return run_child(url, key, std::chrono::milliseconds(ttl), std::chrono::milliseconds(delay));
+// Child mode: failover --candidate (--consul URL | --etcd URL) --key KEY ...
+int candidate_main(std::vector<std::string> const& args) {
+    std::string url, key, etcd_url;
+    int ttl = 1000, delay = 0;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if (args[i] == "--consul") url = flag_value(args, i);
+        else if (args[i] == "--etcd") etcd_url = flag_value(args, i);
+        else if (args[i] == "--key") key = flag_value(args, i);
+        else if (args[i] == "--ttl-ms") ttl = std::stoi(flag_value(args, i));
+        else if (args[i] == "--lock-delay-ms") delay = std::stoi(flag_value(args, i));
+        else return usage();
     }
+    if (!etcd_url.empty()) return run_etcd_child(etcd_url, key, std::chrono::milliseconds(ttl));
+    return run_child(url, key, std::chrono::milliseconds(ttl), std::chrono::milliseconds(delay));
+}
 
-    config cfg;
-    // Defaults follow the mode; explicit flags override them whatever their order.
+// Defaults follow the mode; explicit flags override them whatever their order.
+void set_mode_defaults(std::vector<std::string> const& args, config& cfg) {
     for (auto const& a : args)
         if (a == "--full") cfg.mode = "full";
     if (cfg.mode == "full") {
@@ -865,55 +830,69 @@ int main(int argc, char** argv) {
         cfg.lock_delay = 100ms;
         cfg.etcdctl_kill_handovers = 3;
     }
+}
+
+// The scenario list ("all" or none: every one), and what may not run at all.
+void check_config(config& cfg) {
+    if (cfg.scenarios.empty() || (cfg.scenarios.size() == 1 && cfg.scenarios[0] == "all"))
+        for (auto const& s : all_scenarios) cfg.scenarios.push_back(s.name);
+    for (auto const& s : cfg.scenarios) find_scenario(s);
+    for (auto const& b : cfg.backends)
+        if (b != "http" && b != "inproc" && b != "etcd" && b != "etcdctl")
+            throw std::runtime_error("unknown backend " + b);
+    for (int k : cfg.candidates)
+        if (k < 2) throw std::runtime_error("--candidates: at least 2 (a leader and a follower)");
+}
+
+// The flags over the mode's defaults: 0, or the exit code after the usage.
+int parse_flags(std::vector<std::string> const& args, config& cfg) {
+    set_mode_defaults(args, cfg);
     try {
         for (std::size_t i = 0; i < args.size(); ++i) {
             auto const& a = args[i];
             if (a == "--quick" || a == "--full") continue;
-            else if (a == "--scenario") cfg.scenarios = split(value(i));
-            else if (a == "--backend") cfg.backends = split(value(i));
+            else if (a == "--scenario") cfg.scenarios = split(flag_value(args, i));
+            else if (a == "--backend") cfg.backends = split(flag_value(args, i));
             else if (a == "--candidates") {
                 cfg.candidates.clear();
-                for (auto const& k : split(value(i))) cfg.candidates.push_back(std::stoi(k));
-            } else if (a == "--handovers") cfg.handovers = std::stoi(value(i));
-            else if (a == "--slow-handovers") cfg.slow_handovers = std::stoi(value(i));
-            else if (a == "--ttl-ms") cfg.ttl = std::chrono::milliseconds(std::stoi(value(i)));
-            else if (a == "--lock-delay-ms") cfg.lock_delay = std::chrono::milliseconds(std::stoi(value(i)));
-            else if (a == "--hold-ms") cfg.hold_ms = std::stod(value(i));
-            else if (a == "--csv") cfg.csv = value(i);
-            else if (a == "--plot") cfg.plot_dir = value(i);
-            else if (a == "--from-csv") cfg.from_csv = value(i);
+                for (auto const& k : split(flag_value(args, i))) cfg.candidates.push_back(std::stoi(k));
+            } else if (a == "--handovers") cfg.handovers = std::stoi(flag_value(args, i));
+            else if (a == "--slow-handovers") cfg.slow_handovers = std::stoi(flag_value(args, i));
+            else if (a == "--ttl-ms") cfg.ttl = std::chrono::milliseconds(std::stoi(flag_value(args, i)));
+            else if (a == "--lock-delay-ms") cfg.lock_delay = std::chrono::milliseconds(std::stoi(flag_value(args, i)));
+            else if (a == "--hold-ms") cfg.hold_ms = std::stod(flag_value(args, i));
+            else if (a == "--csv") cfg.csv = flag_value(args, i);
+            else if (a == "--plot") cfg.plot_dir = flag_value(args, i);
+            else if (a == "--from-csv") cfg.from_csv = flag_value(args, i);
             else if (a == "--etcd-unsafe-no-fsync") cfg.etcd_fsync = false;
-            else if (a == "--etcdctl-kill-handovers") cfg.etcdctl_kill_handovers = std::stoi(value(i));
+            else if (a == "--etcdctl-kill-handovers") cfg.etcdctl_kill_handovers = std::stoi(flag_value(args, i));
             else return usage();
         }
-        if (cfg.scenarios.empty() || (cfg.scenarios.size() == 1 && cfg.scenarios[0] == "all"))
-            for (auto const& s : all_scenarios) cfg.scenarios.push_back(s.name);
-        for (auto const& s : cfg.scenarios) find_scenario(s);
-        for (auto const& b : cfg.backends)
-            if (b != "http" && b != "inproc" && b != "etcd" && b != "etcdctl")
-                throw std::runtime_error("unknown backend " + b);
-        for (int k : cfg.candidates)
-            if (k < 2) throw std::runtime_error("--candidates: at least 2 (a leader and a follower)");
+        check_config(cfg);
     } catch (std::exception const& e) {
         std::cerr << "failover: " << e.what() << "\n";
         return usage();
     }
+    return 0;
+}
 
-    if (!cfg.from_csv.empty()) {
-        try {
-            auto results = read_csv(cfg.from_csv, cfg);
-            std::printf("failover results read from %s\n", cfg.from_csv.c_str());
-            print_header();
-            for (auto const& r : results) print_row(r);
-            if (!cfg.plot_dir.empty()) plot(cfg, results);
-            return 0;
-        } catch (std::exception const& e) {
-            std::cerr << "failover: " << e.what() << "\n";
-            return 1;
-        }
+// --from-csv: the table and plots of a previous run.
+int print_from_csv(config& cfg) {
+    try {
+        auto results = read_csv(cfg.from_csv, cfg);
+        std::printf("failover results read from %s\n", cfg.from_csv.c_str());
+        print_header();
+        for (auto const& r : results) print_row(r);
+        if (!cfg.plot_dir.empty()) plot(cfg, results);
+        return 0;
+    } catch (std::exception const& e) {
+        std::cerr << "failover: " << e.what() << "\n";
+        return 1;
     }
+}
 
-    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+// What the run is, where, and how to read its table.
+void print_banner(config const& cfg) {
     std::time_t now = std::time(nullptr);
     char date[64];
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
@@ -931,94 +910,125 @@ int main(int argc, char** argv) {
                 "1-minute load average after the row.\netcd, etcdctl: detect = end -> the leader's key deleted (seen by "
                 "a watch); acq = key deleted -> acquire() resolved (etcdctl: -> the next process printed its key).\n");
     print_header();
+}
 
+// Each row as it is measured: the table, the CSV (--csv), and the plots at the end.
+struct row_sink {
     std::ofstream csv;
+    std::vector<result_set> results;
+
+    void add(result_set r) {
+        print_row(r);
+        if (csv.is_open()) write_csv(csv, r);
+        results.push_back(std::move(r));
+    }
+};
+
+// The one etcd member of the etcd and etcdctl rows, started when they first need it.
+struct etcd_member {
+    std::unique_ptr<etcd_server> server;
+    std::string error;  // why it could not start (then it is not tried again)
+};
+
+asio::awaitable<void> start_etcd_once(asio::io_context& io, config const& cfg, etcd_member& etcd) {
+    if (etcd.server || !etcd.error.empty()) co_return;
+    etcd_server_options eo;
+    eo.fsync = cfg.etcd_fsync;
+    try {
+        etcd.server = co_await etcd_server::start(io, eo);
+    } catch (std::exception const& e) {
+        etcd.error = e.what();
+    }
+    if (etcd.server)
+        std::fprintf(stderr, "etcd %s at %s (one member, WAL fsync %s)\n", etcd.server->version().c_str(),
+                     etcd.server->url().c_str(), etcd.server->fsync() ? "on" : "off");
+}
+
+// The rows of backend etcd or etcdctl: each scenario that applies there, each K.
+asio::awaitable<void> measure_etcd_backend(asio::io_context& io, config const& cfg, std::string const& bname,
+                                           std::string const& self, etcd_member& etcd, row_sink& rows) {
+    co_await start_etcd_once(io, cfg, etcd);
+    if (!etcd.server) {
+        std::fprintf(stderr, "backend %s skipped: %s\n", bname.c_str(), etcd.error.c_str());
+        co_return;
+    }
+    if (bname == "etcdctl" && find_executable("etcdctl", "ETCDCTL_BINARY").empty()) {
+        std::fprintf(stderr, "backend etcdctl skipped: etcdctl not found (Debian: etcd-client)\n");
+        co_return;
+    }
+    for (auto const& sname : cfg.scenarios) {
+        auto const& sc = find_scenario(sname);
+        if (bname == "etcd" ? sc.etcd_title.empty() : !sc.etcdctl) {
+            std::fprintf(stderr, "backend %s: scenario %s does not apply, skipped\n", bname.c_str(), sname.c_str());
+            continue;
+        }
+        if (bname == "etcdctl" && sname == "kill" && cfg.etcdctl_kill_handovers <= 0) {
+            std::fprintf(stderr, "backend etcdctl: kill skipped (each handover waits for a 60 s "
+                                 "lease; --etcdctl-kill-handovers N to run it)\n");
+            continue;
+        }
+        for (int k : cfg.candidates) {
+            result_set res;
+            if (bname == "etcd") res = co_await run_etcd(cfg, sc, *etcd.server, k, self);
+            else res = co_await run_etcdctl(cfg, sc, *etcd.server, k);
+            rows.add(std::move(res));
+        }
+    }
+}
+
+// The rows of backend http or inproc: an agent of their own, each scenario, each K.
+asio::awaitable<void> measure_consul_backend(asio::io_context& io, config const& cfg, std::string const& bname,
+                                             std::string const& self, row_sink& rows) {
+    std::unique_ptr<backend> be =
+        bname == "http" ? backend::start_http(io, "10ms", "info") : backend::start_inproc(io, 10ms);
+    std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());
+    for (auto const& sname : cfg.scenarios) {
+        for (int k : cfg.candidates) {
+            run r(cfg, find_scenario(sname), *be, k, self);
+            result_set res = co_await r.go();
+            rows.add(std::move(res));
+        }
+    }
+    be->stop();
+    co_await sleep_for(50ms);  // let the agent's coroutines unwind
+}
+
+asio::awaitable<void> measure_all(asio::io_context& io, config const& cfg, std::string const& self, row_sink& rows) {
+    etcd_member etcd;
+    for (auto const& bname : cfg.backends) {
+        if (bname == "etcd" || bname == "etcdctl") co_await measure_etcd_backend(io, cfg, bname, self, etcd, rows);
+        else co_await measure_consul_backend(io, cfg, bname, self, rows);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "--candidate") return candidate_main(args);
+
+    config cfg;
+    if (int rc = parse_flags(args, cfg)) return rc;
+    if (!cfg.from_csv.empty()) return print_from_csv(cfg);
+
+    std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    print_banner(cfg);
+    row_sink rows;
     if (!cfg.csv.empty()) {
-        csv.open(cfg.csv);
-        write_csv_header(csv);
+        rows.csv.open(cfg.csv);
+        write_csv_header(rows.csv);
     }
 
     asio::io_context io;
-    std::vector<result_set> results;
     int rc = 0;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            std::unique_ptr<etcd_server> etcd;
-            std::string etcd_error;
-            for (auto const& bname : cfg.backends) {
-                if (bname == "etcd" || bname == "etcdctl") {
-                    if (!etcd && etcd_error.empty()) {
-                        etcd_server_options eo;
-                        eo.fsync = cfg.etcd_fsync;
-                        try {
-                            etcd = co_await etcd_server::start(io, eo);
-                        } catch (std::exception const& e) {
-                            etcd_error = e.what();
-                        }
-                        if (etcd)
-                            std::fprintf(stderr, "etcd %s at %s (one member, WAL fsync %s)\n", etcd->version().c_str(),
-                                         etcd->url().c_str(), etcd->fsync() ? "on" : "off");
-                    }
-                    if (!etcd) {
-                        std::fprintf(stderr, "backend %s skipped: %s\n", bname.c_str(), etcd_error.c_str());
-                        continue;
-                    }
-                    if (bname == "etcdctl" && find_executable("etcdctl", "ETCDCTL_BINARY").empty()) {
-                        std::fprintf(stderr, "backend etcdctl skipped: etcdctl not found (Debian: etcd-client)\n");
-                        continue;
-                    }
-                    for (auto const& sname : cfg.scenarios) {
-                        auto const& sc = find_scenario(sname);
-                        if (bname == "etcd" ? sc.etcd_title.empty() : !sc.etcdctl) {
-                            std::fprintf(stderr, "backend %s: scenario %s does not apply, skipped\n", bname.c_str(),
-                                         sname.c_str());
-                            continue;
-                        }
-                        if (bname == "etcdctl" && sname == "kill" && cfg.etcdctl_kill_handovers <= 0) {
-                            std::fprintf(stderr, "backend etcdctl: kill skipped (each handover waits for a 60 s "
-                                                 "lease; --etcdctl-kill-handovers N to run it)\n");
-                            continue;
-                        }
-                        for (int k : cfg.candidates) {
-                            result_set res;
-                            if (bname == "etcd") res = co_await run_etcd(cfg, sc, *etcd, k, self);
-                            else res = co_await run_etcdctl(cfg, sc, *etcd, k);
-                            print_row(res);
-                            if (csv.is_open()) write_csv(csv, res);
-                            results.push_back(std::move(res));
-                        }
-                    }
-                    continue;
-                }
-                std::unique_ptr<backend> be = bname == "http" ? backend::start_http(io, "10ms", "info")
-                                                              : backend::start_inproc(io, 10ms);
-                std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());
-                for (auto const& sname : cfg.scenarios) {
-                    for (int k : cfg.candidates) {
-                        run r(cfg, find_scenario(sname), *be, k, self);
-                        result_set res = co_await r.go();
-                        print_row(res);
-                        if (csv.is_open()) write_csv(csv, res);
-                        results.push_back(std::move(res));
-                    }
-                }
-                be->stop();
-                co_await sleep_for(50ms);  // let the agent's coroutines unwind
-            }
-        },
-        [&](std::exception_ptr e) {
-            if (e) {
-                try {
-                    std::rethrow_exception(e);
-                } catch (std::exception const& x) {
-                    std::cerr << "failover failed: " << x.what() << "\n";
-                }
-                rc = 1;
-            }
-        });
+    asio::co_spawn(io, measure_all(io, cfg, self, rows), [&](std::exception_ptr e) {
+        if (e) {
+            std::cerr << "failover failed: " << message_of(e) << "\n";
+            rc = 1;
+        }
+    });
     io.run();
     std::printf("load average at the end: %s\n", loadavg().c_str());
-    if (!cfg.plot_dir.empty()) plot(cfg, results);
+    if (!cfg.plot_dir.empty()) plot(cfg, rows.results);
     return rc;
 }

@@ -24,7 +24,6 @@ class etcd_server;  // etcd_cluster.hpp
 namespace failover_bench {
 
 using namespace bench;
-constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
 inline bool const trace_on = std::getenv("FAILOVER_TRACE") != nullptr;
 #define TRACE(...) do { if (trace_on) { std::fprintf(stderr, "[trace] " __VA_ARGS__); std::fprintf(stderr, "\n"); } } while (0)
@@ -99,6 +98,18 @@ struct result_set {
     std::string load;  // load average after the run
 };
 
+// A run's result set before its first sample.
+inline result_set new_result_set(std::string backend, std::string scenario, int k, double lock_delay_ms,
+                                 double ttl_ms) {
+    result_set r;
+    r.backend = std::move(backend);
+    r.scenario = std::move(scenario);
+    r.candidates = k;
+    r.lock_delay_ms = lock_delay_ms;
+    r.ttl_ms = ttl_ms;
+    return r;
+}
+
 template <class F>
 std::vector<double> column(std::vector<sample> const& v, F f) {
     std::vector<double> out;
@@ -118,11 +129,6 @@ asio::awaitable<bool> wait_until(asio::steady_timer& timer, F cond, steady::time
         co_await timer.async_wait(tuple_awaitable);
     }
     co_return true;
-}
-
-inline asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(tuple_awaitable);
 }
 
 // The kill scenario's child, on either backend (Consul or etcd client): a
@@ -151,11 +157,7 @@ int run_candidate(asio::io_context& io, Client& cl, std::string key, std::chrono
         },
         [&](std::exception_ptr e) {
             if (e) {
-                try {
-                    std::rethrow_exception(e);
-                } catch (std::exception const& x) {
-                    std::fprintf(stderr, "%s: %s\n", what, x.what());
-                }
+                std::fprintf(stderr, "%s: %s\n", what, message_of(e).c_str());
                 rc = 1;
             }
             cl.close();

@@ -35,6 +35,7 @@
 #include "failover.hpp"
 
 #include "etcd_cluster.hpp"
+#include "failover_run.hpp"
 
 #include <tenure/election.hpp>
 #include <tenure/etcd/client.hpp>
@@ -62,7 +63,7 @@ std::string election_name(std::string const& backend, std::string const& scenari
 }
 
 // The election's keys as seen by a watch on its prefix. arm(key): the first
-// DELETE of `key` read afterwards sets t1().
+// DELETE of `key` read afterwards is what deleted_at() returns.
 class prefix_tracker {
 public:
     prefix_tracker(etcd::client& c, std::string prefix, asio::steady_timer& wake)
@@ -79,13 +80,7 @@ public:
         asio::co_spawn(ex, loop(std::move(w)),
                        asio::bind_cancellation_slot(stop_.slot(), [this](std::exception_ptr e) {
                            running_ = false;
-                           if (e && !stopped_) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure = std::string("prefix watch failed: ") + x.what();
-                               }
-                           }
+                           if (e && !stopped_) failure = "prefix watch failed: " + message_of(e);
                            wake_.cancel();
                        }));
     }
@@ -101,7 +96,22 @@ public:
         t1_.reset();
     }
     void disarm() { armed_.clear(); }
-    std::optional<steady::time_point> const& t1() const { return t1_; }
+
+    // After the next leader: waits up to 2 s (or until failure() names one)
+    // for the armed key's DELETE, disarms, and returns when it was read.
+    template <class Failure>
+    asio::awaitable<std::optional<steady::time_point>> deleted_at(Failure failure) {
+        co_await wait_until(wake_, [&] { return t1_.has_value() || !failure().empty(); }, steady::now() + 2s);
+        auto const t1 = t1_;
+        disarm();
+        co_return t1;
+    }
+
+    // Stops the watch and waits up to 5 s for it to end.
+    asio::awaitable<void> shut_down() {
+        stop();
+        co_await wait_until(wake_, [&] { return !running_; }, steady::now() + 5s);
+    }
 
     std::size_t size() const { return live_.size(); }
     bool has(std::string const& key) const { return live_.count(key) != 0; }
@@ -150,50 +160,54 @@ std::unique_ptr<etcd::client> make_client(asio::any_io_executor ex, etcd_server 
     return std::make_unique<etcd::client>(ex, cc);
 }
 
-double hold_ms(config const& cfg, int k) { return cfg.hold_ms ? *cfg.hold_ms : 10.0 + 0.5 * k; }
+// Waits until etcd has `want` live watchers (the followers parked), then
+// gives them the hold (--hold-ms).
+asio::awaitable<void> wait_parked_and_hold(etcd_server& server, long want, config const& cfg, int k) {
+    if (!co_await server.wait_parked(want, 5s))
+        std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
+    double const hold_ms = cfg.hold_ms ? *cfg.hold_ms : 10.0 + 0.5 * k;
+    co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms * 1000)));
+}
 
 // ---------------------------------------------------------------------------
 // tenure candidates on etcd.
 
-struct etcd_candidate {
-    etcd_candidate(asio::any_io_executor ex, int i) : id(i), name("bench-" + std::to_string(i)), resume(ex) {}
-    int id;
-    std::string name;
-    std::unique_ptr<etcd::client> cl;
-    tenure::session s;
-    std::optional<tenure::election> e;
-    tenure::leadership_scope scope;
-    bool new_session = false;  // set by the controller when the lease is gone or the key was taken
-    bool may_campaign = true;
-    asio::steady_timer resume;
-    asio::cancellation_signal stop;
-};
-
-struct child_proc {
-    std::unique_ptr<asio::readable_pipe> out;
-    std::unique_ptr<bp::process> proc;
-    std::string buf;
-};
+using etcd_candidate = tenure_candidate<etcd::client>;
 
 class etcd_run {
 public:
     etcd_run(config const& cfg, scenario_def const& sc, etcd_server& server, int k, std::string self,
              asio::any_io_executor ex)
-        : cfg_(cfg), sc_(sc), server_(server), k_(k), self_(std::move(self)), wake_(ex) {}
+        : cfg_(cfg), sc_(sc), server_(server), k_(k), self_(std::move(self)), wake_(ex), cands_(wake_) {}
 
     asio::awaitable<result_set> go();
 
 private:
-    asio::awaitable<void> candidate_loop(etcd_candidate& c);
-    asio::awaitable<etcd_candidate*> next_winner(steady::time_point deadline);
-    asio::awaitable<void> hold();
-    asio::awaitable<std::string> read_child_line(child_proc& ch);
-    void resume_candidate(etcd_candidate& c) {
-        c.may_campaign = true;
-        c.resume.cancel();
+    // One handover's leader and the moments it is timed by.
+    struct round {
+        std::string leader_key;
+        std::int64_t raw_lease = 0;  // ttl: the lease that holds the key
+        steady::time_point t0{}, t_renew{};
+    };
+
+    asio::awaitable<void> prepare_run();
+    asio::awaitable<etcd_candidate*> handover(etcd_candidate* leader, int i, std::vector<sample>& samples);
+    asio::awaitable<void> install_leader(etcd_candidate*& leader, round& r);
+    asio::awaitable<std::int64_t> raw_lease_takes_key(etcd_candidate& leader, std::string const& key);
+    asio::awaitable<std::string> child_to_front(etcd_candidate*& leader);
+    asio::awaitable<void> park(round& r);
+    asio::awaitable<void> end_term(etcd_candidate& leader, round& r);
+    asio::awaitable<void> shut_down();
+
+    asio::awaitable<etcd_candidate*> next_winner(steady::time_point deadline) {
+        return cands_.next_winner(deadline, [this] { return check(); });
     }
+    asio::awaitable<void> hold();
     std::string key_of(etcd_candidate const& c) const { return name_ + "/" + c.s.id(); }
-    std::string check() const { return !failure_.empty() ? failure_ : tracker_ ? tracker_->failure : std::string(); }
+    std::string check() const {
+        return !cands_.failure().empty() ? cands_.failure() : tracker_ ? tracker_->failure : std::string();
+    }
+    std::chrono::seconds ttl() const { return etcd_ttl(cfg_.ttl); }
 
     config const& cfg_;
     scenario_def const& sc_;
@@ -202,69 +216,14 @@ private:
     std::string self_;
     std::string name_;  // the election's name; its keys are name_/<lease hex>
     tenure::session_options so_;
-    std::vector<std::unique_ptr<etcd_candidate>> cands_;
     std::unique_ptr<etcd::client> admin_;  // the prefix watch, raw leases, the hand-over txn
     std::unique_ptr<prefix_tracker> tracker_;
     asio::steady_timer wake_;
-    etcd_candidate* winner_ = nullptr;
-    steady::time_point t3_{};
-    int double_wins_ = 0;
-    bool stopping_ = false;
-    int finished_ = 0;
-    std::string failure_;
+    candidate_set<etcd_candidate> cands_;
+    std::optional<child_proc> child_;  // kill: this round's leader
     std::mt19937_64 rng_{std::random_device{}()};
     std::uniform_int_distribution<long> expiry_phase{0, 500'000};  // us
 };
-
-asio::awaitable<void> etcd_run::candidate_loop(etcd_candidate& c) {
-    try {
-        while (!stopping_) {
-            if (c.new_session || !c.s.valid() || c.s.state() == tenure::session_state::lost) {
-                c.new_session = false;
-                tenure::session_options so = so_;
-                so.name = c.name;
-                c.e.reset();
-                c.s = tenure::session{};  // the old one closes (revokes its lease) in the background
-                c.s = co_await tenure::session::create(*c.cl, so);
-                c.e.emplace(c.s, name_, c.name);
-            }
-            auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
-            auto const t = steady::now();
-            if (stopping_ || ec == asio::error::operation_aborted) break;
-            if (ec) {
-                c.new_session = true;  // our lease or key died while we waited
-                continue;
-            }
-            c.scope = std::move(scope);
-            c.may_campaign = false;
-            if (!winner_) {
-                winner_ = &c;
-                t3_ = t;
-            } else {
-                ++double_wins_;
-            }
-            wake_.cancel();
-            while (!c.may_campaign && !stopping_) {
-                c.resume.expires_at(steady::time_point::max());
-                co_await c.resume.async_wait(tuple_awaitable);
-            }
-        }
-    } catch (boost::system::system_error const& e) {
-        if (e.code() != asio::error::operation_aborted) throw;
-    }
-    co_await asio::this_coro::reset_cancellation_state();
-    if (c.scope.held()) co_await c.scope.release(tuple_awaitable);
-    if (c.s.valid() && c.s.state() != tenure::session_state::lost) co_await c.s.close(tuple_awaitable);
-}
-
-asio::awaitable<etcd_candidate*> etcd_run::next_winner(steady::time_point deadline) {
-    co_await wait_until(wake_, [&] { return winner_ != nullptr || !check().empty(); }, deadline);
-    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
-    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-    auto* w = winner_;
-    winner_ = nullptr;
-    co_return w;
-}
 
 // Every candidate has its key in line, then the followers get time to park
 // their watches.
@@ -279,30 +238,34 @@ asio::awaitable<void> etcd_run::hold() {
     // Watches: two per waiting candidate (its predecessor, its own key), one for
     // the leader's scope (none for the raw lease), one for the prefix tracker.
     long const want = 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
-    if (!co_await server_.wait_parked(want, 5s))
-        std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
-    co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
-}
-
-asio::awaitable<std::string> etcd_run::read_child_line(child_proc& ch) {
-    auto [ec, n] = co_await asio::async_read_until(*ch.out, asio::dynamic_buffer(ch.buf), '\n', tuple_awaitable);
-    if (ec) throw std::runtime_error("the --candidate child exited: " + ec.message());
-    std::string line = ch.buf.substr(0, n - 1);
-    ch.buf.erase(0, n);
-    co_return line;
+    co_await wait_parked_and_hold(server_, want, cfg_, k_);
 }
 
 asio::awaitable<result_set> etcd_run::go() {
-    auto ex = co_await asio::this_coro::executor;
-    auto const ttl = etcd_ttl(cfg_.ttl);
-    result_set out;
-    out.backend = "etcd";
-    out.scenario = sc_.name;
-    out.candidates = k_;
-    out.lock_delay_ms = 0;
-    out.ttl_ms = static_cast<double>(std::chrono::milliseconds(ttl).count());
+    result_set out =
+        new_result_set("etcd", sc_.name, k_, 0, static_cast<double>(std::chrono::milliseconds(ttl()).count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
+    co_await prepare_run();
+    try {
+        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
+        for (int i = 0; i < n; ++i) {
+            print_progress(7, "etcd", sc_.name, k_, i, n);
+            leader = co_await handover(leader, i, out.samples);
+        }
+        print_progress(7, "etcd", sc_.name, k_, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        print_stopped("etcd", sc_.name, k_, out.samples.size(), e.what());
+    }
+    cands_.warn_double_wins();
+    co_await shut_down();
+    out.load = loadavg();
+    co_return out;
+}
 
+// The election, the prefix watch, and the candidates in this process.
+asio::awaitable<void> etcd_run::prepare_run() {
+    auto ex = co_await asio::this_coro::executor;
     name_ = election_name("etcd", sc_.name, k_);
     so_.ttl = quiet_ttl;
     so_.lock_delay = 0ns;  // measured without etcd's optional lock-delay
@@ -312,187 +275,142 @@ asio::awaitable<result_set> etcd_run::go() {
 
     // K candidates, or K-1 beside the raw lease / the child.
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
-    for (int i = 0; i < local; ++i) {
-        cands_.push_back(std::make_unique<etcd_candidate>(ex, i));
-        cands_.back()->cl = make_client(ex, server_);
+    cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_);
+}
+
+// One handover, from `leader`'s term to the next leader's: appends its sample
+// and returns the next leader.
+asio::awaitable<etcd_candidate*> etcd_run::handover(etcd_candidate* leader, int i, std::vector<sample>& samples) {
+    round r;
+    co_await install_leader(leader, r);
+    co_await park(r);
+    co_await end_term(*leader, r);
+
+    // 4. The next leader.
+    auto const timeout = sc_.slow ? 2 * ttl() + 10s : 10s;
+    etcd_candidate* next = co_await next_winner(steady::now() + timeout);
+    auto const t3 = cands_.elected_at();
+    auto const t1 = co_await tracker_->deleted_at([this] { return check(); });
+    sample s;
+    s.lock_delay = 0;
+    set_timings(s, sc_.name == "ttl", r.t0, t1, t3, r.t_renew);
+    samples.push_back(s);
+    TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
+
+    // 5. The old leader campaigns again.
+    co_await retire_leader(cands_, *leader, sc_, child_);
+    co_return next;
+}
+
+// 1. The leader of this round: the previous winner, the raw lease that takes
+// its key, or the child brought to the front of the line (`leader` is then the
+// last candidate that resigned for it).
+asio::awaitable<void> etcd_run::install_leader(etcd_candidate*& leader, round& r) {
+    if (sc_.leader == leader_kind::raw) {
+        r.leader_key = key_of(*leader);
+        r.raw_lease = co_await raw_lease_takes_key(*leader, r.leader_key);
+    } else if (sc_.leader == leader_kind::child) {
+        r.leader_key = co_await child_to_front(leader);
+    } else {
+        r.leader_key = key_of(*leader);
     }
-    for (auto& c : cands_) {
-        asio::co_spawn(ex, candidate_loop(*c),
-                       asio::bind_cancellation_slot(c->stop.slot(), [this](std::exception_ptr e) {
-                           ++finished_;
-                           if (e) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure_ = std::string("candidate failed: ") + x.what();
-                               }
-                           }
-                           wake_.cancel();
-                       }));
-    }
+}
 
-    std::optional<child_proc> child;
-    char const* label_fmt = "\r  %-7s %-10s K=%-3d %4d/%d handovers";
-    try {
-        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
-        for (int i = 0; i < n; ++i) {
-            std::fprintf(stderr, label_fmt, "etcd", sc_.name.c_str(), k_, i, n);
-            sample s;
-            s.lock_delay = 0;
-            std::string leader_key;
-            std::int64_t raw_lease = 0;
-            steady::time_point t0{}, t_renew{};
+// ttl: a raw lease (TTL T) takes the leader's key; returns the lease.
+asio::awaitable<std::int64_t> etcd_run::raw_lease_takes_key(etcd_candidate& leader, std::string const& key) {
+    auto g = co_await admin_->lease_grant(ttl().count());
+    // The raw lease takes the leader's key: same create_revision, still first in line.
+    std::vector<etcd::compare> cmps;
+    cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal,
+                                                  static_cast<std::int64_t>(leader.scope.token())));
+    etcd::put_op put;
+    put.key = key;
+    put.value = "raw";
+    put.options.lease = g.id;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(put));
+    std::vector<etcd::request_op> no_ops;
+    auto t = co_await admin_->txn(cmps, ops, no_ops);
+    if (!t.succeeded) throw std::runtime_error("hand-over txn refused: the leader's key changed");
+    co_await leader.scope.wait_lost(tuple_awaitable);  // released_by_other
+    leader.scope = tenure::leadership_scope{};
+    leader.new_session = true;  // its key name belongs to the raw lease now
+    cands_.resume(leader);
+    co_return g.id;
+}
 
-            // 1. The leader of this round.
-            if (sc_.leader == leader_kind::raw) {
-                auto g = co_await admin_->lease_grant(ttl.count());
-                raw_lease = g.id;
-                leader_key = key_of(*leader);
-                // The raw lease takes the leader's key: same create_revision, still first in line.
-                std::vector<etcd::compare> cmps;
-                cmps.push_back(etcd::compare::create_revision(leader_key, etcd::compare_result::equal,
-                                                              static_cast<std::int64_t>(leader->scope.token())));
-                etcd::put_op put;
-                put.key = leader_key;
-                put.value = "raw";
-                put.options.lease = raw_lease;
-                std::vector<etcd::request_op> ops;
-                ops.emplace_back(std::move(put));
-                std::vector<etcd::request_op> no_ops;
-                auto t = co_await admin_->txn(cmps, ops, no_ops);
-                if (!t.succeeded) throw std::runtime_error("hand-over txn refused: the leader's key changed");
-                co_await leader->scope.wait_lost(tuple_awaitable);  // released_by_other
-                leader->scope = tenure::leadership_scope{};
-                leader->new_session = true;  // its key name belongs to the raw lease now
-                resume_candidate(*leader);
-            } else if (sc_.leader == leader_kind::child) {
-                // A random start: the child's keepalives (and so its lease's expiry) fall
-                // at any phase of etcd's 500 ms expiry check.
-                co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
-                child.emplace();
-                child->out = std::make_unique<asio::readable_pipe>(ex);
-                std::vector<std::string> args{"--candidate", "--etcd", server_.url(), "--key", name_,
-                                              "--ttl-ms", std::to_string(std::chrono::milliseconds(ttl).count())};
-                child->proc = std::make_unique<bp::process>(ex, self_, args, bp::process_stdio{{}, *child->out, {}},
-                                                            die_with_parent{});
-                std::string ready = co_await read_child_line(*child);
-                if (ready.rfind("READY ", 0) != 0) throw std::runtime_error("child said: " + ready);
-                leader_key = name_ + "/" + ready.substr(6);
-                co_await wait_until(wake_, [&] { return tracker_->has(leader_key) || !check().empty(); },
-                                    steady::now() + 10s);
-                if (!tracker_->has(leader_key)) throw std::runtime_error("the child's key did not appear");
-                // Clean resigns until the child is first in line.
-                for (;;) {
-                    auto q = tracker_->queue();
-                    bool const child_next = q.size() >= 2 && q[1] == leader_key;
-                    co_await leader->scope.release(tuple_awaitable);
-                    leader->scope = tenure::leadership_scope{};
-                    if (child_next) {
-                        std::string elected_line = co_await read_child_line(*child);
-                        if (elected_line.rfind("ELECTED ", 0) != 0)
-                            throw std::runtime_error("child said: " + elected_line);
-                        resume_candidate(*leader);
-                        break;
-                    }
-                    auto* w = co_await next_winner(steady::now() + 10s);
-                    resume_candidate(*leader);
-                    leader = w;
-                    std::string const wk = key_of(*w);
-                    co_await wait_until(
-                        wake_, [&] { auto q2 = tracker_->queue(); return !q2.empty() && q2[0] == wk; },
-                        steady::now() + 2s);
-                }
-            } else {
-                leader_key = key_of(*leader);
-            }
-
-            // 2. Followers park.
-            co_await hold();
-            if (sc_.leader == leader_kind::raw) {
-                // At a random phase of etcd's expiry check (every 500 ms), which the
-                // rounds would otherwise lock onto: each round starts when a check
-                // has just deleted the previous key.
-                co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
-                t_renew = steady::now();
-                co_await admin_->lease_keepalive(raw_lease);  // the raw lease's last keepalive
-            }
-            tracker_->arm(leader_key);
-            if (sc_.name == "kill") {
-                // At a random moment of the child's keepalive cycle (every TTL/3).
-                std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(ttl).count() / 3);
-                co_await sleep_for(std::chrono::microseconds(phase(rng_)));
-            }
-
-            // 3. End the term.
-            t0 = steady::now();
-            if (sc_.name == "clean") {
-                co_await leader->scope.release(tuple_awaitable);
-            } else if (sc_.name == "destroy-0") {
-                auto const lease = lease_of(leader->s.id());
-                co_await leader->cl->lease_revoke(lease);
-            } else if (sc_.name == "kill") {
-                ::kill(child->proc->id(), SIGKILL);
-            }  // ttl: etcd expires the raw lease
-
-            // 4. The next leader.
-            auto const timeout = sc_.slow ? 2 * ttl + 10s : 10s;
-            etcd_candidate* next = co_await next_winner(steady::now() + timeout);
-            auto const t3 = t3_;
-            co_await wait_until(wake_, [&] { return tracker_->t1().has_value() || !check().empty(); },
-                                steady::now() + 2s);
-            auto const t1 = tracker_->t1();
-            tracker_->disarm();
-            if (sc_.name == "ttl" && t1) t0 = *t1;
-            s.latency = ms(t3 - t0);
-            if (t1) {
-                s.detection = ms(*t1 - t0);
-                s.acquisition = ms(t3 - *t1);
-            }
-            if (sc_.name == "ttl") {
-                if (t1) s.renew_to_inval = ms(*t1 - t_renew);
-                s.from_renewal = ms(t3 - t_renew);
-            }
-            out.samples.push_back(s);
-            TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
-
-            // 5. The old leader campaigns again.
-            if (sc_.leader == leader_kind::candidate) {
-                leader->scope = tenure::leadership_scope{};
-                if (sc_.name != "clean") leader->new_session = true;  // its lease is gone
-                resume_candidate(*leader);
-            } else if (child) {
-                co_await child->proc->async_wait(tuple_awaitable);
-                child.reset();
-            }
-            leader = next;
+// kill: starts the child (this binary, --candidate --etcd) and has the
+// leaders before it resign until it leads; returns its key.
+asio::awaitable<std::string> etcd_run::child_to_front(etcd_candidate*& leader) {
+    // A random start: the child's keepalives (and so its lease's expiry) fall
+    // at any phase of etcd's 500 ms expiry check.
+    co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
+    std::vector<std::string> args{"--candidate", "--etcd", server_.url(), "--key", name_,
+                                  "--ttl-ms", std::to_string(std::chrono::milliseconds(ttl()).count())};
+    std::string const child_lease = co_await start_child(child_, self_, args);
+    std::string const child_key = name_ + "/" + child_lease;
+    co_await wait_until(wake_, [&] { return tracker_->has(child_key) || !check().empty(); }, steady::now() + 10s);
+    if (!tracker_->has(child_key)) throw std::runtime_error("the child's key did not appear");
+    // Clean resigns until the child is first in line.
+    for (;;) {
+        auto q = tracker_->queue();
+        bool const child_next = q.size() >= 2 && q[1] == child_key;
+        co_await leader->scope.release(tuple_awaitable);
+        leader->scope = tenure::leadership_scope{};
+        if (child_next) {
+            co_await expect_child_line(*child_, "ELECTED ");
+            cands_.resume(*leader);
+            co_return child_key;
         }
-        std::fprintf(stderr, label_fmt, "etcd", sc_.name.c_str(), k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        std::fprintf(stderr, "\n  etcd %s K=%d stopped after %zu handovers: %s\n", sc_.name.c_str(), k_,
-                     out.samples.size(), e.what());
+        auto* w = co_await next_winner(steady::now() + 10s);
+        cands_.resume(*leader);
+        leader = w;
+        std::string const wk = key_of(*w);
+        co_await wait_until(
+            wake_, [&] { auto q2 = tracker_->queue(); return !q2.empty() && q2[0] == wk; }, steady::now() + 2s);
     }
-    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+}
 
-    // Stop: every candidate resigns and revokes its lease.
-    if (child && child->proc->running()) {
-        ::kill(child->proc->id(), SIGKILL);
-        co_await child->proc->async_wait(tuple_awaitable);
+// 2. Followers park; the raw lease gets its last keepalive; the tracker
+// watches for the leader's key to go.
+asio::awaitable<void> etcd_run::park(round& r) {
+    co_await hold();
+    if (sc_.leader == leader_kind::raw) {
+        // At a random phase of etcd's expiry check (every 500 ms), which the
+        // rounds would otherwise lock onto: each round starts when a check
+        // has just deleted the previous key.
+        co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
+        r.t_renew = steady::now();
+        co_await admin_->lease_keepalive(r.raw_lease);  // the raw lease's last keepalive
     }
-    stopping_ = true;
-    for (auto& c : cands_) {
-        c->stop.emit(asio::cancellation_type::terminal);
-        c->resume.cancel();
+    tracker_->arm(r.leader_key);
+    if (sc_.name == "kill") {
+        // At a random moment of the child's keepalive cycle (every TTL/3).
+        std::uniform_int_distribution<long> phase(0, std::chrono::microseconds(ttl()).count() / 3);
+        co_await sleep_for(std::chrono::microseconds(phase(rng_)));
     }
-    co_await wait_until(wake_, [&] { return finished_ == local; }, steady::now() + 15s);
-    if (finished_ != local) std::fprintf(stderr, "  warning: %d candidates did not stop\n", local - finished_);
-    co_await sleep_for(20ms);  // background closes of replaced sessions
-    tracker_->stop();
-    co_await wait_until(wake_, [&] { return !tracker_->running(); }, steady::now() + 5s);
-    for (auto& c : cands_) c->cl->close();
+}
+
+// 3. End the term.
+asio::awaitable<void> etcd_run::end_term(etcd_candidate& leader, round& r) {
+    r.t0 = steady::now();
+    if (sc_.name == "clean") {
+        co_await leader.scope.release(tuple_awaitable);
+    } else if (sc_.name == "destroy-0") {
+        auto const lease = lease_of(leader.s.id());
+        co_await leader.cl->lease_revoke(lease);
+    } else if (sc_.name == "kill") {
+        ::kill(child_->proc->id(), SIGKILL);
+    }  // ttl: etcd expires the raw lease
+}
+
+// Stop: every candidate resigns and revokes its lease.
+asio::awaitable<void> etcd_run::shut_down() {
+    co_await kill_child(child_);
+    co_await cands_.stop();
+    co_await tracker_->shut_down();
+    cands_.close_clients();
     admin_->close();
-    out.load = loadavg();
-    co_return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -520,7 +438,9 @@ public:
 private:
     asio::awaitable<void> spawn();
     asio::awaitable<void> read_loop(std::shared_ptr<ctl_proc> p);
-    asio::awaitable<std::shared_ptr<ctl_proc>> next_winner(steady::time_point deadline);
+    asio::awaitable<std::shared_ptr<ctl_proc>> next_winner(steady::time_point deadline) {
+        return winners_.take(wake_, [this] { return check(); }, deadline);
+    }
     std::string check() const { return !failure_.empty() ? failure_ : tracker_ ? tracker_->failure : std::string(); }
     // The end of what the etcdctl processes wrote to stderr.
     std::string stderr_tail() const {
@@ -548,9 +468,7 @@ private:
     std::unique_ptr<etcd::client> admin_;
     std::unique_ptr<prefix_tracker> tracker_;
     asio::steady_timer wake_;
-    std::shared_ptr<ctl_proc> winner_;
-    steady::time_point t3_{};
-    int double_wins_ = 0;
+    winner_slot<std::shared_ptr<ctl_proc>> winners_;
     int readers_ = 0;
     std::string failure_;
     std::mt19937_64 rng_{std::random_device{}()};
@@ -569,13 +487,7 @@ asio::awaitable<void> etcdctl_run::read_loop(std::shared_ptr<ctl_proc> p) {
         buf.erase(0, n);
         if (p->key.empty()) {
             p->key = line;
-            if (!winner_) {
-                winner_ = p;
-                t3_ = t;
-            } else {
-                ++double_wins_;
-            }
-            wake_.cancel();
+            winners_.elected(p, t, wake_);
         }
     }
     p->exited = true;
@@ -602,24 +514,11 @@ asio::awaitable<void> etcdctl_run::spawn() {
     if (tracker_->size() < want) throw std::runtime_error("etcdctl " + std::to_string(p->id) + " made no key");
 }
 
-asio::awaitable<std::shared_ptr<ctl_proc>> etcdctl_run::next_winner(steady::time_point deadline) {
-    co_await wait_until(wake_, [&] { return winner_ != nullptr || !check().empty(); }, deadline);
-    if (auto f = check(); !f.empty()) throw std::runtime_error(f);
-    if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-    auto w = std::move(winner_);
-    winner_.reset();
-    co_return w;
-}
-
 asio::awaitable<result_set> etcdctl_run::go() {
     auto ex = co_await asio::this_coro::executor;
     bool const kill9 = sc_.name == "kill";
-    result_set out;
-    out.backend = "etcdctl";
-    out.scenario = sc_.name;
-    out.candidates = k_;
-    out.lock_delay_ms = 0;
-    out.ttl_ms = 60'000;  // concurrency.NewSession's default; etcdctl elect has no flag for it
+    // Lease TTL 60 s: concurrency.NewSession's default; etcdctl elect has no flag for it.
+    result_set out = new_result_set("etcdctl", sc_.name, k_, 0, 60'000);
     int const n = kill9 ? cfg_.etcdctl_kill_handovers : cfg_.handovers;
 
     binary_ = find_executable("etcdctl", "ETCDCTL_BINARY");
@@ -633,7 +532,6 @@ asio::awaitable<result_set> etcdctl_run::go() {
     tracker_ = std::make_unique<prefix_tracker>(*admin_, name_ + "/", wake_);
     co_await tracker_->start();
 
-    char const* label_fmt = "\r  %-7s %-10s K=%-3d %4d/%d handovers";
     try {
         for (int i = 0; i < k_; ++i) {
             std::fprintf(stderr, "\r  etcdctl %-10s K=%-3d starting %d/%d", sc_.name.c_str(), k_, i, k_);
@@ -641,16 +539,13 @@ asio::awaitable<result_set> etcdctl_run::go() {
         }
         auto leader = co_await next_winner(steady::now() + 10s);
         for (int i = 0; i < n; ++i) {
-            std::fprintf(stderr, label_fmt, "etcdctl", sc_.name.c_str(), k_, i, n);
+            print_progress(7, "etcdctl", sc_.name, k_, i, n);
             sample s;
             s.lock_delay = 0;
             co_await wait_until(wake_, [&] { return tracker_->size() == static_cast<std::size_t>(k_); },
                                 steady::now() + 10s);
             // Watches: one per waiting etcdctl (its predecessor), one for the tracker.
-            long const want = k_;
-            if (!co_await server_.wait_parked(want, 5s))
-                std::fprintf(stderr, "\n  warning: etcd has fewer than %ld live watchers after 5 s\n", want);
-            co_await sleep_for(std::chrono::microseconds(static_cast<long>(hold_ms(cfg_, k_) * 1000)));
+            co_await wait_parked_and_hold(server_, k_, cfg_, k_);
             tracker_->arm(leader->key);
             if (kill9) {
                 // At a random moment of the Go client's keepalive cycle (every 20 s).
@@ -662,16 +557,9 @@ asio::awaitable<result_set> etcdctl_run::go() {
             ::kill(leader->proc->id(), kill9 ? SIGKILL : SIGINT);
 
             auto next = co_await next_winner(steady::now() + (kill9 ? 75s : 10s));
-            auto const t3 = t3_;
-            co_await wait_until(wake_, [&] { return tracker_->t1().has_value() || !check().empty(); },
-                                steady::now() + 2s);
-            auto const t1 = tracker_->t1();
-            tracker_->disarm();
-            s.latency = ms(t3 - t0);
-            if (t1) {
-                s.detection = ms(*t1 - t0);
-                s.acquisition = ms(t3 - *t1);
-            }
+            auto const t3 = winners_.elected_at();
+            auto const t1 = co_await tracker_->deleted_at([this] { return check(); });
+            set_timings(s, false, t0, t1, t3, {});  // etcdctl runs no ttl scenario
             out.samples.push_back(s);
             TRACE("etcdctl %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
 
@@ -682,13 +570,13 @@ asio::awaitable<result_set> etcdctl_run::go() {
             co_await spawn();
             leader = next;
         }
-        std::fprintf(stderr, label_fmt, "etcdctl", sc_.name.c_str(), k_, n, n);
+        print_progress(7, "etcdctl", sc_.name, k_, n, n);
         std::fprintf(stderr, "\n");
     } catch (std::exception const& e) {
         std::fprintf(stderr, "\n  etcdctl %s K=%d stopped after %zu handovers: %s\n--- etcdctl stderr ---\n%s\n",
                      sc_.name.c_str(), k_, out.samples.size(), e.what(), stderr_tail().c_str());
     }
-    if (double_wins_) std::fprintf(stderr, "  warning: %d elections arrived while one was pending\n", double_wins_);
+    winners_.warn_double_wins();
 
     // Stop: SIGINT makes each etcdctl resign (or withdraw its candidacy) and exit.
     for (auto& p : procs_) {
@@ -701,8 +589,7 @@ asio::awaitable<result_set> etcdctl_run::go() {
         co_await p->proc->async_wait(tuple_awaitable);
     }
     procs_.clear();
-    tracker_->stop();
-    co_await wait_until(wake_, [&] { return !tracker_->running(); }, steady::now() + 5s);
+    co_await tracker_->shut_down();
     admin_->close();
     out.load = loadavg();
     co_return out;

@@ -97,6 +97,66 @@ asio::awaitable<void> yield_ms(int n) {
     co_await t.async_wait(asio::use_awaitable);
 }
 
+// The connections' high-water marks, sampled while the phases run: the
+// client's count every 2 ms (cheap) and the agent's every 100 ms (reading
+// /proc/net/tcp walks every socket of the machine and, every 5 ms, took 40%
+// of the bench's CPU in a profile).
+struct connection_sampler {
+    tenure::consul::client& client;
+    unsigned port;  // the agent's
+    result& out;
+    bool sampling = true;
+
+    void sample_client() {
+        out.max_client_connections = std::max(out.max_client_connections, client.open_connections());
+    }
+    void sample_agent() { out.max_agent_connections = std::max(out.max_agent_connections, established_on(port)); }
+
+    asio::awaitable<void> loop() {
+        for (int i = 0; sampling; ++i) {
+            sample_client();
+            if (i % 50 == 0) sample_agent();
+            co_await yield_ms(2);
+        }
+    }
+};
+
+// Wall and CPU time of one phase (the bench's and the agent's), from its construction.
+struct phase_clock {
+    pid_t self, agent;
+    steady::time_point t0 = steady::now();
+    double c0 = cpu_seconds(self), g0 = cpu_seconds(agent);
+
+    void stop(phase& p) const {
+        p.wall_ms = ms(steady::now() - t0);
+        p.bench_cpu_s = cpu_seconds(self) - c0;
+        p.agent_cpu_s = cpu_seconds(agent) - g0;
+    }
+};
+
+// One side of all N elections: a candidate per key, all on one session.
+struct side {
+    explicit side(int n) : scopes(static_cast<std::size_t>(n)) {}
+    std::vector<std::unique_ptr<tenure::election>> elections;
+    std::vector<tenure::leadership_scope> scopes;
+    int led = 0;  // acquire()s resolved
+
+    // Campaigns for every key at once: each acquire() in its own coroutine.
+    void campaign(asio::any_io_executor ex, tenure::session& s, std::vector<std::string> const& keys,
+                  char const* value, tenure::election_options const& eo) {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            elections.push_back(std::make_unique<tenure::election>(s, keys[i], value, eo));
+            asio::co_spawn(
+                ex,
+                [this, i]() -> asio::awaitable<void> {
+                    scopes[i] = co_await elections[i]->acquire();
+                    ++led;
+                },
+                asio::detached);
+        }
+    }
+};
+
 asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, int n, std::size_t max_conn,
                               result& out) {
     auto ex = co_await asio::this_coro::executor;
@@ -107,27 +167,8 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
     tenure::consul::client client(ex, cc);
     out.n = n;
     pid_t const self = ::getpid();
-
-    auto sample_agent = [&] {
-        out.max_agent_connections = std::max(out.max_agent_connections, established_on(port));
-    };
-    auto sample = [&] {
-        out.max_client_connections = std::max(out.max_client_connections, client.open_connections());
-    };
-    // Samples the client's connection count every 2 ms (cheap) and the
-    // agent's every 100 ms: reading /proc/net/tcp walks every socket of the
-    // machine and, every 5 ms, took 40% of the bench's CPU in a profile.
-    bool sampling = true;
-    asio::co_spawn(
-        ex,
-        [&]() -> asio::awaitable<void> {
-            for (int i = 0; sampling; ++i) {
-                sample();
-                if (i % 50 == 0) sample_agent();
-                co_await yield_ms(2);
-            }
-        },
-        asio::detached);
+    connection_sampler conns{client, port, out};
+    asio::co_spawn(ex, conns.loop(), asio::detached);
 
     tenure::session_options so;
     so.ttl = 10s;
@@ -143,82 +184,54 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
     for (int i = 0; i < n; ++i) keys.push_back(eo.shared_watch + "e" + std::to_string(i));
 
     out.rss_before_kib = rss_kib(self);
-    auto measure = [&](phase& p, auto start_wall, double start_cpu, double start_agent) {
-        p.wall_ms = ms(steady::now() - start_wall);
-        p.bench_cpu_s = cpu_seconds(self) - start_cpu;
-        p.agent_cpu_s = cpu_seconds(agent_pid) - start_agent;
-    };
+    side a(n), b(n);
 
     // 1. A campaigns for every key at once.
-    std::vector<std::unique_ptr<tenure::election>> ea, eb;
-    std::vector<tenure::leadership_scope> la(n), lb(n);
-    int a_led = 0, b_led = 0;
     {
-        auto t0 = steady::now();
-        double c0 = cpu_seconds(self), g0 = cpu_seconds(agent_pid);
-        for (int i = 0; i < n; ++i) {
-            ea.push_back(std::make_unique<tenure::election>(sa, keys[i], "a", eo));
-            asio::co_spawn(
-                ex,
-                [&, i]() -> asio::awaitable<void> {
-                    la[i] = co_await ea[i]->acquire();
-                    ++a_led;
-                },
-                asio::detached);
-        }
-        while (a_led < n) co_await yield_ms(1);
-        measure(out.lead, t0, c0, g0);
+        phase_clock clock{self, agent_pid};
+        a.campaign(ex, sa, keys, "a", eo);
+        while (a.led < n) co_await yield_ms(1);
+        clock.stop(out.lead);
         std::fprintf(stderr, "  n=%d: A leads all in %.1f ms\n", n, out.lead.wall_ms);
     }
 
     // 2. B's followers park on the hub.
     {
-        auto t0 = steady::now();
-        double c0 = cpu_seconds(self), g0 = cpu_seconds(agent_pid);
-        for (int i = 0; i < n; ++i) {
-            eb.push_back(std::make_unique<tenure::election>(sb, keys[i], "b", eo));
-            asio::co_spawn(
-                ex,
-                [&, i]() -> asio::awaitable<void> {
-                    lb[i] = co_await eb[i]->acquire();
-                    ++b_led;
-                },
-                asio::detached);
-        }
+        phase_clock clock{self, agent_pid};
+        b.campaign(ex, sb, keys, "b", eo);
         // Parked: A's N monitors and B's N followers all wait on the hub.
         auto hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
         while (hub->waiters() < static_cast<std::size_t>(2 * n)) co_await yield_ms(1);
-        measure(out.follow, t0, c0, g0);
+        clock.stop(out.follow);
         out.rss_after_kib = rss_kib(self);
         out.agent_rss_kib = rss_kib(agent_pid);
         std::fprintf(stderr, "  n=%d: B's followers parked in %.1f ms, bench RSS %ld -> %ld KiB\n", n,
                      out.follow.wall_ms, out.rss_before_kib, out.rss_after_kib);
-        if (b_led != 0) std::fprintf(stderr, "  warning: %d B candidates led before the release\n", b_led);
+        if (b.led != 0) std::fprintf(stderr, "  warning: %d B candidates led before the release\n", b.led);
     }
 
     // 3. Mass release: every A scope at once; B re-leads all.
     {
-        auto t0 = steady::now();
-        double c0 = cpu_seconds(self), g0 = cpu_seconds(agent_pid);
+        phase_clock clock{self, agent_pid};
         for (int i = 0; i < n; ++i)
-            asio::co_spawn(ex, la[i].release(asio::use_awaitable), asio::detached);
-        while (b_led < n) co_await yield_ms(1);
-        measure(out.relead, t0, c0, g0);
+            asio::co_spawn(ex, a.scopes[i].release(asio::use_awaitable), asio::detached);
+        while (b.led < n) co_await yield_ms(1);
+        clock.stop(out.relead);
         std::fprintf(stderr, "  n=%d: B re-leads all %.1f ms after the mass release\n", n, out.relead.wall_ms);
     }
     int held = 0;
-    for (auto& s : lb) held += s.held() ? 1 : 0;
+    for (auto& s : b.scopes) held += s.held() ? 1 : 0;
     if (held != n) std::fprintf(stderr, "  warning: %d of %d B scopes held at the end\n", held, n);
 
-    sampling = false;
-    sample();
-    sample_agent();
-    la.clear();
-    lb.clear();
+    conns.sampling = false;
+    conns.sample_client();
+    conns.sample_agent();
+    a.scopes.clear();
+    b.scopes.clear();
     co_await sa.close();
     co_await sb.close();
-    ea.clear();
-    eb.clear();
+    a.elections.clear();
+    b.elections.clear();
 }
 
 }  // namespace

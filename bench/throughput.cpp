@@ -56,7 +56,6 @@ namespace {
 
 using namespace bench;
 namespace consul = tenure::consul;
-constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
 struct config {
     std::string mode = "quick";
@@ -91,11 +90,6 @@ struct worker {
     asio::cancellation_signal stop;
     int cycles = 0;
 };
-
-asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(tuple_awaitable);
-}
 
 asio::awaitable<void> cycle_loop(worker& w, result& r, bool const& measuring, bool const& stopping) {
     try {
@@ -149,13 +143,7 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
         asio::co_spawn(ex, cycle_loop(*w, r, measuring, stopping),
                        asio::bind_cancellation_slot(w->stop.slot(), [&](std::exception_ptr e) {
                            ++finished;
-                           if (e) {
-                               try {
-                                   std::rethrow_exception(e);
-                               } catch (std::exception const& x) {
-                                   failure = x.what();
-                               }
-                           }
+                           if (e) failure = message_of(e);
                            done.cancel();
                        }));
     co_await sleep_for(std::chrono::milliseconds(200));  // warm-up: connections, first wake-ups
@@ -394,11 +382,23 @@ int usage() {
     return 2;
 }
 
-}  // namespace
+// --busy-poll and --backend, checked once the flags are read.
+void check_config(config& cfg) {
+    if (!cfg.busy_poll.empty()) {
+        auto const d = tenure::detail::parse_go_duration(cfg.busy_poll);
+        if (!d.value || d.value->count() < 0 || *d.value > 1s)
+            throw std::runtime_error("--busy-poll takes a duration from 0 to 1s (e.g. 50us), got " + cfg.busy_poll);
+        cfg.busy_poll_ns = *d.value;
+    }
+    for (auto const& b : cfg.backends)
+        if (b != "http" && b != "inproc" && b != "http-retake" && b != "inproc-retake" && b != "unix" &&
+            b != "unix-retake")
+            throw std::runtime_error("unknown backend " + b);
+}
 
-int main(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    config cfg;
+// The flags over the mode's defaults (whatever their order): 0, or the exit
+// code after the usage.
+int parse_flags(std::vector<std::string> const& args, config& cfg) {
     for (auto const& a : args)
         if (a == "--full") {
             cfg.mode = "full";
@@ -406,52 +406,48 @@ int main(int argc, char** argv) {
         }
     try {
         for (std::size_t i = 0; i < args.size(); ++i) {
-            auto value = [&]() -> std::string {
-                if (i + 1 >= args.size()) throw std::runtime_error("missing value for " + args[i]);
-                return args[++i];
-            };
             if (args[i] == "--quick" || args[i] == "--full") continue;
-            else if (args[i] == "--backend") cfg.backends = split(value());
+            else if (args[i] == "--backend") cfg.backends = split(flag_value(args, i));
             else if (args[i] == "--candidates") {
                 cfg.candidates.clear();
-                for (auto const& k : split(value())) cfg.candidates.push_back(std::stoi(k));
-            } else if (args[i] == "--seconds") cfg.seconds = std::stod(value());
-            else if (args[i] == "--cpus") cfg.cpus = value();
-            else if (args[i] == "--csv") cfg.csv = value();
-            else if (args[i] == "--plot") cfg.plot_dir = value();
-            else if (args[i] == "--tag") cfg.tag = value();
-            else if (args[i] == "--busy-poll") cfg.busy_poll = value();
+                for (auto const& k : split(flag_value(args, i))) cfg.candidates.push_back(std::stoi(k));
+            } else if (args[i] == "--seconds") cfg.seconds = std::stod(flag_value(args, i));
+            else if (args[i] == "--cpus") cfg.cpus = flag_value(args, i);
+            else if (args[i] == "--csv") cfg.csv = flag_value(args, i);
+            else if (args[i] == "--plot") cfg.plot_dir = flag_value(args, i);
+            else if (args[i] == "--tag") cfg.tag = flag_value(args, i);
+            else if (args[i] == "--busy-poll") cfg.busy_poll = flag_value(args, i);
             else return usage();
         }
-        if (!cfg.busy_poll.empty()) {
-            auto const d = tenure::detail::parse_go_duration(cfg.busy_poll);
-            if (!d.value || d.value->count() < 0 || *d.value > 1s)
-                throw std::runtime_error("--busy-poll takes a duration from 0 to 1s (e.g. 50us), got " + cfg.busy_poll);
-            cfg.busy_poll_ns = *d.value;
-        }
-        for (auto const& b : cfg.backends)
-            if (b != "http" && b != "inproc" && b != "http-retake" && b != "inproc-retake" && b != "unix" &&
-                b != "unix-retake")
-                throw std::runtime_error("unknown backend " + b);
+        check_config(cfg);
     } catch (std::exception const& e) {
         std::cerr << "throughput: " << e.what() << "\n";
         return usage();
     }
+    return 0;
+}
 
-    if (!cfg.cpus.empty()) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        try {
-            for (auto const& c : split(cfg.cpus)) CPU_SET(std::stoi(c), &set);
-        } catch (std::exception const&) {
-            std::cerr << "throughput: --cpus takes CPU numbers separated by commas, got " << cfg.cpus << "\n";
-            return usage();
-        }
-        if (::sched_setaffinity(0, sizeof set, &set) != 0) {
-            std::perror("throughput: sched_setaffinity");
-            return 2;
-        }
+// --cpus: pins the bench (and so the agent child it starts) to those CPUs.
+// 0, or the exit code.
+int pin_cpus(config const& cfg) {
+    if (cfg.cpus.empty()) return 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    try {
+        for (auto const& c : split(cfg.cpus)) CPU_SET(std::stoi(c), &set);
+    } catch (std::exception const&) {
+        std::cerr << "throughput: --cpus takes CPU numbers separated by commas, got " << cfg.cpus << "\n";
+        return usage();
     }
+    if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+        std::perror("throughput: sched_setaffinity");
+        return 2;
+    }
+    return 0;
+}
+
+// What the run is, where, and how to read its table.
+void print_banner(config const& cfg) {
     std::time_t now = std::time(nullptr);
     char date[64];
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&now));
@@ -470,59 +466,67 @@ int main(int argc, char** argv) {
                 "cycle's (0%%: one candidate keeps re-taking the key); cpu%%, agent: CPU time of the bench and of the "
                 "agent child\nper second of the row (100 = one core busy)\n");
     print_header();
+}
+
+// Every row: for each backend a fresh agent (child or in-process), each K.
+asio::awaitable<void> measure_all(asio::io_context& io, config const& cfg, std::vector<result>& results) {
+    std::vector<std::string> agent_flags;
+    if (cfg.busy_poll_ns.count() > 0) agent_flags.push_back("-busy-poll=" + cfg.busy_poll);
+    std::set<std::string> floors_printed;
+    for (auto const& bname : cfg.backends) {
+        std::string const socket_path = "/tmp/tenure-throughput-" + std::to_string(::getpid()) + ".sock";
+        std::unique_ptr<backend> be =
+            bname.starts_with("http")   ? backend::start_http(io, "1s", "warn", "127.0.0.1:0", agent_flags)
+            : bname.starts_with("unix") ? backend::start_http(io, "1s", "warn", "unix://" + socket_path, agent_flags)
+                                        : backend::start_inproc(io, 1s);
+        // One floor per transport, before its first row.
+        std::string const transport = bname.substr(0, bname.find('-'));
+        if (transport != "inproc" && !floors_printed.contains(transport)) {
+            floors_printed.insert(transport);
+            print_floor(be->url());
+        }
+        for (int k : cfg.candidates) {
+            result r = co_await measure(*be, bname, k, cfg.seconds);
+            print_row(r);
+            results.push_back(std::move(r));
+        }
+        be->stop();
+        co_await sleep_for(50ms);
+    }
+}
+
+// --csv: one line per cycle.
+void write_csv(std::string const& path, std::vector<result> const& results) {
+    std::ofstream f(path);
+    f << "backend,candidates,cycle,cycle_ms,acquire_ms\n";
+    for (auto const& r : results)
+        for (std::size_t i = 0; i < r.cycle_ms.size(); ++i)
+            f << r.backend << ',' << r.candidates << ',' << i << ',' << r.cycle_ms[i] << ',' << r.acquire_ms[i] << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    config cfg;
+    if (int rc = parse_flags(args, cfg)) return rc;
+    if (int rc = pin_cpus(cfg)) return rc;
+    print_banner(cfg);
 
     if (std::any_of(cfg.backends.begin(), cfg.backends.end(), [](std::string const& b) { return !b.starts_with("inproc"); }))
         print_socket_floor();
     asio::io_context io{1};  // one thread runs it, as in a single-threaded server
-    std::vector<std::string> agent_flags;
-    if (cfg.busy_poll_ns.count() > 0) agent_flags.push_back("-busy-poll=" + cfg.busy_poll);
     std::vector<result> results;
-    std::set<std::string> floors_printed;
     int rc = 0;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            for (auto const& bname : cfg.backends) {
-                std::string const socket_path = "/tmp/tenure-throughput-" + std::to_string(::getpid()) + ".sock";
-                std::unique_ptr<backend> be =
-                    bname.starts_with("http")   ? backend::start_http(io, "1s", "warn", "127.0.0.1:0", agent_flags)
-                    : bname.starts_with("unix") ? backend::start_http(io, "1s", "warn", "unix://" + socket_path, agent_flags)
-                                                : backend::start_inproc(io, 1s);
-                // One floor per transport, before its first row.
-                std::string const transport = bname.substr(0, bname.find('-'));
-                if (transport != "inproc" && !floors_printed.contains(transport)) {
-                    floors_printed.insert(transport);
-                    print_floor(be->url());
-                }
-                for (int k : cfg.candidates) {
-                    result r = co_await measure(*be, bname, k, cfg.seconds);
-                    print_row(r);
-                    results.push_back(std::move(r));
-                }
-                be->stop();
-                co_await sleep_for(50ms);
-            }
-        },
-        [&](std::exception_ptr e) {
-            if (e) {
-                try {
-                    std::rethrow_exception(e);
-                } catch (std::exception const& x) {
-                    std::cerr << "throughput failed: " << x.what() << "\n";
-                }
-                rc = 1;
-            }
-        });
+    asio::co_spawn(io, measure_all(io, cfg, results), [&](std::exception_ptr e) {
+        if (e) {
+            std::cerr << "throughput failed: " << message_of(e) << "\n";
+            rc = 1;
+        }
+    });
     tenure::run_with_busy_poll(io, cfg.busy_poll_ns);  // io.run() without --busy-poll
     std::printf("load average at the end: %s\n", loadavg().c_str());
-    if (!cfg.csv.empty()) {
-        std::ofstream f(cfg.csv);
-        f << "backend,candidates,cycle,cycle_ms,acquire_ms\n";
-        for (auto const& r : results)
-            for (std::size_t i = 0; i < r.cycle_ms.size(); ++i)
-                f << r.backend << ',' << r.candidates << ',' << i << ',' << r.cycle_ms[i] << ',' << r.acquire_ms[i]
-                  << '\n';
-    }
+    if (!cfg.csv.empty()) write_csv(cfg.csv, results);
     if (!cfg.plot_dir.empty()) plot(cfg, results);
     return rc;
 }
