@@ -214,6 +214,48 @@ asio::awaitable<std::optional<leader_info>> etcd_session::read_leader(std::strin
                           static_cast<std::uint64_t>(kv.mod_revision)};
 }
 
+// etcd's Campaign txn: create `own_key` with our lease, else read it back
+// (and proclaim a new value with the same lease). Its create revision, or 0
+// when the key changed under us (campaign again). lock_conflict when another
+// lease holds the key.
+asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string const& own_key, std::string const& value,
+                                            std::int64_t lease) {
+    std::vector<etcd::compare> cmps;
+    cmps.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, 0));
+    etcd::put_op put;
+    put.key = own_key;
+    put.value = value;
+    put.options.lease = lease;
+    std::vector<etcd::request_op> then_ops;
+    then_ops.emplace_back(std::move(put));
+    etcd::range_op get;
+    get.key = own_key;
+    std::vector<etcd::request_op> else_ops;
+    else_ops.emplace_back(std::move(get));
+    auto t = co_await client.txn(cmps, then_ops, else_ops);
+    if (t.succeeded) co_return t.header.revision;
+    etcd::key_value const* kv = nullptr;
+    if (!t.responses.empty())
+        if (auto* rr = std::get_if<etcd::range_response>(&t.responses[0]); rr && !rr->kvs.empty()) kv = &rr->kvs.front();
+    if (!kv) co_return 0;  // deleted between compare and range
+    if (kv->lease != lease) throw system_error(make_error_code(error::lock_conflict));
+    std::int64_t const rev = kv->create_revision;
+    if (kv->value != value) {
+        std::vector<etcd::compare> same;
+        same.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, rev));
+        etcd::put_op proclaim;
+        proclaim.key = own_key;
+        proclaim.value = value;
+        proclaim.options.lease = lease;
+        std::vector<etcd::request_op> p_ops;
+        p_ops.emplace_back(std::move(proclaim));
+        std::vector<etcd::request_op> no_ops;
+        auto p = co_await client.txn(same, p_ops, no_ops);
+        if (!p.succeeded) co_return 0;
+    }
+    co_return rev;
+}
+
 // etcd's Campaign, with the own key watched while waiting (no phantom
 // leadership) and transient errors retried within the lease.
 asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(claim c) {
@@ -249,46 +291,8 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::campaign(std::string
             bool transient = false;
             try {
                 if (my_rev == 0) {
-                    // Campaign txn: create the key with our lease, else read it back.
-                    std::vector<etcd::compare> cmps;
-                    cmps.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, 0));
-                    etcd::put_op put;
-                    put.key = own_key;
-                    put.value = value;
-                    put.options.lease = lease;
-                    std::vector<etcd::request_op> then_ops;
-                    then_ops.emplace_back(std::move(put));
-                    etcd::range_op get;
-                    get.key = own_key;
-                    std::vector<etcd::request_op> else_ops;
-                    else_ops.emplace_back(std::move(get));
-                    auto t = co_await client.txn(cmps, then_ops, else_ops);
-                    if (t.succeeded) {
-                        my_rev = t.header.revision;
-                    } else {
-                        etcd::key_value const* kv = nullptr;
-                        if (!t.responses.empty())
-                            if (auto* rr = std::get_if<etcd::range_response>(&t.responses[0]); rr && !rr->kvs.empty())
-                                kv = &rr->kvs.front();
-                        if (!kv) continue;  // deleted between compare and range: campaign again
-                        if (kv->lease != lease) throw system_error(make_error_code(error::lock_conflict));
-                        std::int64_t const rev = kv->create_revision;
-                        if (kv->value != value) {
-                            // Re-campaign with the same lease: proclaim the new value.
-                            std::vector<etcd::compare> same;
-                            same.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, rev));
-                            etcd::put_op proclaim;
-                            proclaim.key = own_key;
-                            proclaim.value = value;
-                            proclaim.options.lease = lease;
-                            std::vector<etcd::request_op> p_ops;
-                            p_ops.emplace_back(std::move(proclaim));
-                            std::vector<etcd::request_op> no_ops;
-                            auto p = co_await client.txn(same, p_ops, no_ops);
-                            if (!p.succeeded) continue;  // the key changed under us: campaign again
-                        }
-                        my_rev = rev;
-                    }
+                    my_rev = co_await put_candidate(client, own_key, value, lease);
+                    if (my_rev == 0) continue;  // the key changed under us: campaign again
                 }
 
                 // Wait for the predecessor, while watching our own key.

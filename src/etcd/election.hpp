@@ -74,6 +74,12 @@ struct etcd_session final : session_impl {
 
 asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client& client, session_options options);
 
+// etcd's Campaign txn: create `own_key` with `lease`, else read it back (and
+// proclaim a new value with the same lease). Its create revision; 0 when the
+// key changed under us (try again). lock_conflict when another lease holds it.
+asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string const& own_key, std::string const& value,
+                                            std::int64_t lease);
+
 // leader_observer's state on etcd: one watch on `<name>/`, kept open between
 // next() calls, re-read after a compaction.
 struct etcd_observer final : observer_backend {
