@@ -214,6 +214,17 @@ asio::awaitable<std::optional<leader_info>> etcd_session::read_leader(std::strin
                           static_cast<std::uint64_t>(kv.mod_revision)};
 }
 
+// One put of `key` bound to `lease`, as a txn's operations.
+std::vector<etcd::request_op> put_with_lease(std::string const& key, std::string const& value, std::int64_t lease) {
+    etcd::put_op put;
+    put.key = key;
+    put.value = value;
+    put.options.lease = lease;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(put));
+    return ops;
+}
+
 // etcd's Campaign txn: create `own_key` with our lease, else read it back
 // (and proclaim a new value with the same lease). Its create revision, or 0
 // when the key changed under us (campaign again). lock_conflict when another
@@ -222,12 +233,7 @@ asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string co
                                             std::int64_t lease) {
     std::vector<etcd::compare> cmps;
     cmps.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, 0));
-    etcd::put_op put;
-    put.key = own_key;
-    put.value = value;
-    put.options.lease = lease;
-    std::vector<etcd::request_op> then_ops;
-    then_ops.emplace_back(std::move(put));
+    auto then_ops = put_with_lease(own_key, value, lease);
     etcd::range_op get;
     get.key = own_key;
     std::vector<etcd::request_op> else_ops;
@@ -243,14 +249,8 @@ asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string co
     if (kv->value != value) {
         std::vector<etcd::compare> same;
         same.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, rev));
-        etcd::put_op proclaim;
-        proclaim.key = own_key;
-        proclaim.value = value;
-        proclaim.options.lease = lease;
-        std::vector<etcd::request_op> p_ops;
-        p_ops.emplace_back(std::move(proclaim));
         std::vector<etcd::request_op> no_ops;
-        auto p = co_await client.txn(same, p_ops, no_ops);
+        auto p = co_await client.txn(same, put_with_lease(own_key, value, lease), no_ops);
         if (!p.succeeded) co_return 0;
     }
     co_return rev;
