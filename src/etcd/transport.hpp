@@ -1,31 +1,28 @@
 // Internal: HTTP/1.1 to etcd's gateway over Beast, with endpoint failover.
 //
 // Unary requests (every POST but /v3/watch) go through post(): a keep-alive
-// pool per endpoint, one deadline per attempt, and failover to the next
+// pool per endpoint (net/http_pool.hpp), one deadline per attempt, and failover to the next
 // endpoint on a transport failure or an HTTP 503. Watches take a connection
 // of their own with connect() and manage it themselves (watch.cpp).
 #pragma once
 
 #include <tenure/etcd/client.hpp>
 
+#include "net/http_pool.hpp"
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 namespace tenure::etcd::detail {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-using tcp = asio::ip::tcp;
 using steady_clock = std::chrono::steady_clock;
 
 inline constexpr std::string_view user_agent = "tenure/0.1";
@@ -41,12 +38,8 @@ struct endpoint {
 // for anything else (https, paths, user info).
 endpoint parse_endpoint(std::string const& text);
 
-struct connection {
-    explicit connection(asio::any_io_executor const& ex) : stream(ex) {}
-    beast::tcp_stream stream;
-    beast::flat_buffer buffer;
-    bool aborted = false;  // closed by transport::close() under a pending operation
-};
+// A connection of a pool (or a watch's own): stream, read buffer, aborted flag.
+using connection = tenure::detail::http_connection;
 
 struct http_answer {
     unsigned status = 0;
@@ -96,23 +89,9 @@ public:
     std::size_t idle_connections() const noexcept;
 
 private:
-    class active_guard;
-
-    asio::awaitable<http_answer> attempt(std::size_t i, std::string const& target, std::string const& body,
-                                         steady_clock::time_point deadline, std::string const& what);
-    asio::awaitable<std::vector<tcp::endpoint>> resolve(std::size_t i, steady_clock::time_point deadline,
-                                                        std::string const& what);
-    std::unique_ptr<connection> take_idle(std::size_t i);
-    void give_back(std::size_t i, std::unique_ptr<connection> c, std::uint64_t generation);
-
-    asio::any_io_executor ex_;
     std::vector<endpoint> endpoints_;
-    std::vector<std::vector<tcp::endpoint>> resolved_;        // per endpoint, cached
-    std::vector<std::vector<std::unique_ptr<connection>>> idle_;  // per endpoint, most recently used last
-    std::unordered_set<connection*> active_;
-    std::size_t max_idle_;
+    std::vector<std::unique_ptr<tenure::detail::http_pool>> pools_;  // one per endpoint
     std::size_t current_ = 0;
-    std::uint64_t generation_ = 0;  // bumped by close(): older connections are not pooled
 };
 
 }  // namespace tenure::etcd::detail

@@ -1,0 +1,297 @@
+// The keep-alive pool of http_pool.hpp.
+#include "net/http_pool.hpp"
+
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <utility>
+
+namespace tenure::detail {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+bool cancelled(asio::cancellation_state const& cs) { return cs.cancelled() != asio::cancellation_type::none; }
+
+// Errors a kept-alive connection shows when the server closed it while idle.
+bool stale_connection_error(beast::error_code const& ec) {
+    return ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+           ec == asio::error::broken_pipe || ec == asio::error::connection_aborted ||
+           ec == asio::ssl::error::stream_truncated;  // TLS: closed without close_notify
+}
+
+// True when the server has already closed (or written unsolicited bytes to)
+// an idle connection. Non-blocking peek; never waits.
+// One recv(MSG_PEEK | MSG_DONTWAIT) syscall: Asio's socket::receive would
+// need an ioctl to make the socket non-blocking first.
+bool idle_connection_dead(http_connection& c) {
+    auto& sock = c.stream.socket();
+    if (!sock.is_open()) return true;
+    char byte = 0;
+    auto const n = ::recv(sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    return true;  // EOF, an error, or bytes nobody asked for
+}
+
+}  // namespace
+
+http_connection::http_connection(asio::any_io_executor const& ex, std::shared_ptr<connection_count> n,
+                                 std::shared_ptr<asio::ssl::context> tls_context)
+    : tls(std::move(tls_context)), stream(ex, tls.get()), count(std::move(n)) {
+    ++count->open;
+}
+
+http_connection::~http_connection() {
+    --count->open;
+    if (count->on_close) count->on_close();
+}
+
+// Registers a connection as in flight while it connects or exchanges, so
+// that close() can abort it.
+class http_pool::active_guard {
+public:
+    active_guard(http_pool& p, http_connection& c) : p_(p), c_(c) { p_.active_.insert(&c_); }
+    ~active_guard() { p_.active_.erase(&c_); }
+    active_guard(active_guard const&) = delete;
+    active_guard& operator=(active_guard const&) = delete;
+
+private:
+    http_pool& p_;
+    http_connection& c_;
+};
+
+http_pool::http_pool(asio::any_io_executor ex, http_pool_options opts, fail_handler on_fail)
+    : ex_(std::move(ex)), opts_(std::move(opts)), on_fail_(std::move(on_fail)),
+      count_(std::make_shared<connection_count>()) {
+    count_->on_close = [this] { wake_one(); };
+    auto const& d = opts_.destination;
+    if (!d.unix_path.empty()) {
+        endpoints_.emplace_back(asio::local::stream_protocol::endpoint(d.unix_path));
+        return;
+    }
+    beast::error_code ec;
+    auto const addr = asio::ip::make_address(d.host, ec);
+    if (!ec) endpoints_.emplace_back(tcp::endpoint(addr, d.port));
+}
+
+http_pool::~http_pool() {
+    count_->on_close = nullptr;  // connections handed out may outlive the pool
+    close();
+}
+
+void http_pool::close() {
+    ++generation_;
+    idle_.clear();  // closes their sockets
+    for (http_connection* c : active_) {
+        c->aborted = true;
+        c->stream.close();  // pending operations complete with operation_aborted
+    }
+}
+
+std::string http_pool::where() const {
+    auto const& d = opts_.destination;
+    return d.unix_path.empty() ? d.host_header : "unix://" + d.unix_path;
+}
+
+void http_pool::fail(boost::system::error_code ec, std::string what, std::string_view reason) const {
+    on_fail_(net_failure{ec, std::move(what), reason});
+    std::abort();  // the handler must throw
+}
+
+void http_pool::fail_io(boost::system::error_code const& ec, bool aborted, std::string what) const {
+    if (aborted || ec == asio::error::operation_aborted) fail(asio::error::operation_aborted, std::move(what));
+    if (ec == beast::error::timeout || ec == asio::error::timed_out) fail(asio::error::timed_out, std::move(what));
+    fail(ec, std::move(what));
+}
+
+std::unique_ptr<http_connection> http_pool::take_idle() {
+    while (!idle_.empty()) {
+        auto c = std::move(idle_.back());
+        idle_.pop_back();
+        if (!idle_connection_dead(*c)) return c;
+    }
+    return nullptr;
+}
+
+void http_pool::give_back(std::unique_ptr<http_connection> c, std::uint64_t generation) {
+    if (generation != generation_ || c->aborted || c->buffer.size() != 0) return;
+    if (idle_.size() >= opts_.max_idle) return;
+    c->stream.expires_never();
+    idle_.push_back(std::move(c));
+    wake_one();
+}
+
+bool http_pool::at_limit() const noexcept {
+    return opts_.max_connections != 0 && count_->open >= opts_.max_connections;
+}
+
+// A connection came free (given back or closed): the longest waiter retries.
+void http_pool::wake_one() {
+    while (!waiters_.empty()) {
+        auto w = waiters_.front().lock();
+        waiters_.pop_front();
+        if (w) {
+            w->cancel();
+            return;
+        }
+    }
+}
+
+// Waits for an idle connection or room for a new one, within `deadline`;
+// null: the caller connects a new one.
+asio::awaitable<std::unique_ptr<http_connection>> http_pool::obtain(clock::time_point deadline,
+                                                                    std::string const& what) {
+    for (;;) {
+        if (auto c = take_idle()) co_return c;
+        if (!at_limit()) co_return nullptr;
+        auto timer = std::make_shared<asio::steady_timer>(ex_, deadline);
+        waiters_.push_back(timer);
+        auto [ec] = co_await timer->async_wait(tuple_awaitable);
+        if (!ec) fail(asio::error::timed_out, what + ": no free connection (max_connections)");
+        if (cancelled(co_await asio::this_coro::cancellation_state)) {
+            wake_one();  // pass on a wake-up we may have consumed
+            fail(asio::error::operation_aborted, what);
+        }
+    }
+}
+
+asio::awaitable<std::vector<http_pool::endpoint>> http_pool::resolve(clock::time_point deadline,
+                                                                     std::string const& what) {
+    if (!endpoints_.empty()) co_return endpoints_;
+    auto const& d = opts_.destination;
+    std::string const resolving = what + ": resolving " + d.host;
+    // getaddrinfo has no deadline of its own: a timer cancels the resolver.
+    auto resolver = std::make_shared<tcp::resolver>(ex_);
+    auto timed_out = std::make_shared<bool>(false);
+    asio::steady_timer timer(ex_, deadline);
+    timer.async_wait([w = std::weak_ptr<tcp::resolver>(resolver), timed_out](beast::error_code ec) {
+        if (ec) return;
+        *timed_out = true;
+        if (auto r = w.lock()) r->cancel();
+    });
+    auto [ec, results] = co_await resolver->async_resolve(d.host, std::to_string(d.port), tuple_awaitable);
+    timer.cancel();
+    if (*timed_out) fail(asio::error::timed_out, resolving);
+    if (ec) {
+        if (ec == asio::error::operation_aborted || cancelled(co_await asio::this_coro::cancellation_state))
+            fail(asio::error::operation_aborted, what);
+        fail(ec, resolving);
+    }
+    std::vector<endpoint> eps;
+    for (auto const& r : results) eps.emplace_back(r.endpoint());
+    if (eps.empty()) fail(asio::error::host_not_found, resolving, "no address");
+    if (endpoints_.empty()) endpoints_ = eps;
+    co_return eps;
+}
+
+// Resolves, connects and (for TLS) handshakes by `deadline`. `tracked`: in
+// the active set meanwhile, so that close() aborts it.
+asio::awaitable<std::unique_ptr<http_connection>> http_pool::open(clock::time_point deadline, std::string const& what,
+                                                                  bool tracked) {
+    auto eps = co_await resolve(deadline, what);
+    auto const& d = opts_.destination;
+    auto c = std::make_unique<http_connection>(ex_, count_, d.tls);
+    std::optional<active_guard> guard;
+    if (tracked) guard.emplace(*this, *c);
+    c->stream.expires_at(deadline);
+    auto [ec, ep] = co_await c->stream.lowest().async_connect(eps, tuple_awaitable);
+    if (ec) fail_io(ec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state), what);
+    beast::error_code ig;
+    if (d.unix_path.empty()) c->stream.socket().set_option(tcp::no_delay(true), ig);
+    if (c->stream.is_tls()) {
+        // The server's certificate must name the host (or tls_server_name).
+        std::string const& name = d.tls_server_name.empty() ? d.host : d.tls_server_name;
+        asio::ip::make_address(name, ig);
+        if (ig) SSL_set_tlsext_host_name(c->stream.native_handle(), name.c_str());  // SNI: names only
+        c->stream.set_verify_callback(asio::ssl::host_name_verification(name));
+        auto [hec] = co_await c->stream.async_handshake(asio::ssl::stream_base::client, tuple_awaitable);
+        if (hec)
+            fail_io(hec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state),
+                    what + " (TLS handshake)");
+    }
+    co_return c;
+}
+
+asio::awaitable<std::unique_ptr<http_connection>> http_pool::connect(clock::time_point deadline,
+                                                                     std::string const& what) {
+    co_return co_await open(deadline, what, false);
+}
+
+asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, clock::time_point deadline,
+                                                         std::string const& what) {
+    for (int attempt = 0;; ++attempt) {
+        std::uint64_t const generation = generation_;
+        // The retry always uses a fresh connection.
+        // (Two statements: g++ 12 mishandles a co_await inside ?: .)
+        std::unique_ptr<http_connection> c;
+        if (attempt == 0) {
+            auto pooled = co_await obtain(deadline, what);
+            c = std::move(pooled);
+        }
+        bool const reused = c != nullptr;
+        if (!c) {
+            auto fresh = co_await open(deadline, what, true);
+            c = std::move(fresh);
+            if (generation != generation_) fail(asio::error::operation_aborted, what);  // close() ran meanwhile
+        }
+        active_guard guard{*this, *c};
+        c->stream.expires_at(deadline);
+
+        // A kept-alive connection the server closed meanwhile fails on the
+        // write or before the first byte of the answer: try once more on a
+        // fresh connection.
+        auto retry = [&](beast::error_code const& ec, bool got_some) {
+            return reused && attempt == 0 && !got_some && !c->aborted && stale_connection_error(ec);
+        };
+
+        auto [wec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data(), wire.size()),
+                                                    tuple_awaitable);
+        if (wec) {
+            bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
+            if (!aborted && retry(wec, false)) continue;
+            fail_io(wec, aborted, what);
+        }
+
+        http::response_parser<http::string_body> parser;
+        parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+        auto [rec, rn] = co_await http::async_read(c->stream, c->buffer, parser, tuple_awaitable);
+        if (rec) {
+            bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
+            if (!aborted && retry(rec, parser.got_some() || c->buffer.size() != 0)) continue;
+            fail_io(rec, aborted, what);
+        }
+
+        response res = parser.release();
+        if (res.keep_alive()) give_back(std::move(c), generation);
+        co_return res;
+    }
+}
+
+}  // namespace tenure::detail

@@ -1,0 +1,155 @@
+// Internal: a pool of HTTP/1.1 keep-alive connections to one destination
+// (TCP host:port, the same under TLS, or a Unix domain socket), shared by the
+// Consul and the etcd transports.
+//
+// A request takes the most recently used idle connection (after a
+// non-blocking check that the server has not closed it) or connects a new
+// one; the connection goes back to the pool only after a complete exchange
+// whose response allows keep-alive, and only if close() has not run since.
+// Any error, timeout or cancellation closes the connection. With
+// max_connections set, a request that finds every connection busy waits for
+// one to be given back or closed (first come, first served) within its
+// deadline. Resolve, connect, handshake, write and read share one deadline,
+// enforced by basic_stream::expires_at.
+//
+// The pool knows no backend's error type: every failure goes to the
+// fail_handler the owner gives, which throws its own (see net_failure).
+#pragma once
+
+#include "net/net_stream.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace tenure::detail {
+
+struct http_destination {
+    std::string host;  // name or address literal (IPv6 without brackets)
+    std::uint16_t port = 0;
+    std::string host_header;  // "host:port" as sent in Host; names the destination in errors
+    std::string unix_path;    // non-empty: a Unix domain socket (host and port unused)
+    // TLS: the client context, and the name the server's certificate must
+    // carry (and SNI); empty: host. Null: plain bytes.
+    std::shared_ptr<boost::asio::ssl::context> tls;
+    std::string tls_server_name;
+};
+
+struct http_pool_options {
+    http_destination destination;
+    std::size_t max_idle = 16;        // idle connections kept (0: none)
+    std::size_t max_connections = 0;  // open at once, idle + in flight; 0: no limit
+};
+
+// A failure, for the owner to turn into its own exception.
+struct net_failure {
+    // operation_aborted (close(), cancellation), timed_out (the deadline),
+    // or the transport's own error.
+    boost::system::error_code code;
+    // The caller's description plus where it failed: "GET /v1/kv/a on
+    // 127.0.0.1:8500: resolving localhost", "... (TLS handshake)". An abort
+    // carries the caller's description alone.
+    std::string what;
+    // A short reason when code's own message says less ("no address"); else empty.
+    std::string_view reason;
+};
+// Must throw; the pool never continues after calling it.
+using fail_handler = std::function<void(net_failure const&)>;
+
+// Counts open connections so that a capped pool knows when one closes.
+struct connection_count {
+    std::size_t open = 0;
+    std::function<void()> on_close;  // wakes the next waiter
+};
+
+struct http_connection {
+    http_connection(boost::asio::any_io_executor const& ex, std::shared_ptr<connection_count> n,
+                    std::shared_ptr<boost::asio::ssl::context> tls_context);
+    ~http_connection();
+    http_connection(http_connection const&) = delete;
+    http_connection& operator=(http_connection const&) = delete;
+
+    std::shared_ptr<boost::asio::ssl::context> tls;  // kept alive for the stream
+    net_stream stream;
+    std::shared_ptr<connection_count> count;
+    boost::beast::flat_buffer buffer;
+    bool aborted = false;  // closed under a pending operation (the pool's close(), or its owner's)
+};
+
+class http_pool {
+public:
+    using clock = std::chrono::steady_clock;
+    using response = boost::beast::http::response<boost::beast::http::string_body>;
+
+    http_pool(boost::asio::any_io_executor ex, http_pool_options opts, fail_handler on_fail);
+    ~http_pool();
+    http_pool(http_pool const&) = delete;
+    http_pool& operator=(http_pool const&) = delete;
+
+    // Writes `wire` (a complete request) on a pooled or new connection and
+    // reads one response, all by `deadline`. A kept-alive connection the
+    // server closed meanwhile is retried once on a fresh connection. Never
+    // fails for an HTTP status. The pool must outlive the call (the owner
+    // keeps itself alive).
+    boost::asio::awaitable<response> exchange(std::string_view wire, clock::time_point deadline,
+                                              std::string const& what);
+
+    // A new connection of the caller's own, deadline set: counted as open
+    // but never pooled, and close() does not touch it.
+    boost::asio::awaitable<std::unique_ptr<http_connection>> connect(clock::time_point deadline,
+                                                                     std::string const& what);
+
+    // Closes idle connections and aborts every exchange in flight; the pool
+    // stays usable.
+    void close();
+
+    std::size_t idle_connections() const noexcept { return idle_.size(); }
+    std::size_t open_connections() const noexcept { return count_->open; }
+    http_destination const& destination() const noexcept { return opts_.destination; }
+    // The destination in error messages: host:port, or unix://path.
+    std::string where() const;
+
+private:
+    using endpoint = net_stream::protocol::endpoint;  // TCP or Unix
+    class active_guard;
+
+    [[noreturn]] void fail(boost::system::error_code ec, std::string what, std::string_view reason = {}) const;
+    [[noreturn]] void fail_io(boost::system::error_code const& ec, bool aborted, std::string what) const;
+
+    std::unique_ptr<http_connection> take_idle();
+    void give_back(std::unique_ptr<http_connection> c, std::uint64_t generation);
+    bool at_limit() const noexcept;
+    void wake_one();
+    boost::asio::awaitable<std::unique_ptr<http_connection>> obtain(clock::time_point deadline,
+                                                                    std::string const& what);
+    boost::asio::awaitable<std::vector<endpoint>> resolve(clock::time_point deadline, std::string const& what);
+    boost::asio::awaitable<std::unique_ptr<http_connection>> open(clock::time_point deadline,
+                                                                  std::string const& what, bool tracked);
+
+    boost::asio::any_io_executor ex_;
+    http_pool_options opts_;
+    fail_handler on_fail_;
+    std::vector<endpoint> endpoints_;                     // resolved once, then cached
+    std::vector<std::unique_ptr<http_connection>> idle_;  // most recently used last
+    std::unordered_set<http_connection*> active_;
+    std::shared_ptr<connection_count> count_;
+    std::deque<std::weak_ptr<boost::asio::steady_timer>> waiters_;  // requests waiting for a connection
+    std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
+};
+
+}  // namespace tenure::detail
