@@ -5,6 +5,7 @@
 // token may not do; apply() strips from list answers what it may not read,
 // as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
 #include "agent/acl.hpp"
+#include "net/strings.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
@@ -15,7 +16,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdio>
 
 namespace tenure::detail::agent {
@@ -60,12 +60,6 @@ response json_answer(http::status st, json::value const& v) {
     res.set(http::field::content_type, app_json);
     res.body() = json::serialize(v);
     return res;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
 }
 
 // A member by case-insensitive name, as Go's encoding/json matches fields.

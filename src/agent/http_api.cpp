@@ -7,6 +7,7 @@
 #include "agent/http_api.hpp"
 #include "agent/metrics.hpp"
 #include "net/duration.hpp"
+#include "net/strings.hpp"
 #include "net/wire.hpp"
 
 #include <boost/beast/http/field.hpp>
@@ -31,12 +32,6 @@ constexpr std::string_view consul_version = "1.22.0";
 constexpr std::size_t max_txn_ops = 64;
 
 // ---- small helpers ----------------------------------------------------------
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
 
 // Go's strconv error text, which Consul passes through as a 500 body.
 std::string strconv_error(std::string_view s) {

@@ -1,12 +1,12 @@
 // Limits against abuse of the embedded agent (include/tenure/detail/agent/limits.hpp).
 #include "agent/limits.hpp"
+#include "net/strings.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 namespace tenure::detail::agent {
@@ -23,12 +23,6 @@ response text(http::status st, std::string body) {
     res.set(http::field::content_type, "text/plain; charset=utf-8");
     res.body() = std::move(body);
     return res;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
 }
 
 json::value const* member(json::object const& o, std::string_view name) {
