@@ -1,10 +1,11 @@
 // ACLs of the embedded agent (include/tenure/detail/agent/acl.hpp).
 //
-// The checks sit in front of the socket-free API: authorize() routes the
-// request once more (the same paths http_api.cpp serves) and refuses what the
-// token may not do; apply() strips from list answers what it may not read,
-// as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
+// The checks sit in front of the socket-free API: authorize() carries out the
+// ACL requirement the router (router.hpp) gave the request and refuses what
+// the token may not do; apply() strips from list answers what it may not
+// read, as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
 #include "agent/acl.hpp"
+#include "agent/router.hpp"
 #include "net/strings.hpp"
 
 #include <boost/beast/http/field.hpp>
@@ -481,140 +482,124 @@ bool is_read_verb(std::string_view verb) {
 
 }  // namespace
 
-std::optional<response> acl_store::authorize(request const& req, state_machine& sm, acl_filter& filter) {
-    auto parsed = boost::urls::parse_origin_form(req.target());
-    if (!parsed) return std::nullopt;  // the API answers 400
-    std::string const path = parsed->path();
-    std::string_view p = path;
-    bool const is_acl = p == "/v1/acl" || p.starts_with("/v1/acl/");
-    if (!opts_.enabled) {
-        if (is_acl) return text(http::status::unauthorized, "ACL support disabled");
+namespace {
+
+// `want` on (r, name), or Consul's 403.
+std::optional<response> need(acl_authorizer const& authz, acl_resource r, acl_access want, std::string_view name) {
+    if (authz.allowed(r, name, want)) return std::nullopt;
+    return text(http::status::forbidden, authz.denied(r, want, name));
+}
+
+// The name a resource check is about; nullopt: nothing to check (the API
+// answers the request itself: 400 for a bad body, true or 404 for an
+// unknown session).
+std::optional<std::string> requirement_name(acl_requirement::name_from from, request const& req, std::string_view rest,
+                                            state_machine& sm) {
+    using name_from = acl_requirement::name_from;
+    switch (from) {
+    case name_from::none: return std::string{};
+    case name_from::path: return std::string(rest);
+    case name_from::self: return sm.config().node_name;
+    case name_from::body_node_or_self: {
+        std::string node = sm.config().node_name;
+        if (auto body = parse_body(req); body && body->is_object())
+            if (auto n = string_member(body->as_object(), "Node")) node = *n;
+        return node;
+    }
+    case name_from::body_node: {
+        auto body = parse_body(req);
+        if (!body || !body->is_object()) return std::nullopt;
+        auto node = string_member(body->as_object(), "Node");
+        if (!node || node->empty()) return std::nullopt;
+        return node;
+    }
+    case name_from::session_node:
+        if (auto const* s = sm.session_get(rest)) return s->node;
         return std::nullopt;
     }
-    if (p.starts_with("/v1/status/")) return std::nullopt;  // Consul checks no ACL there
+    return std::nullopt;
+}
+
+std::optional<response> check_resource(acl_requirement const& need_, request const& req, std::string_view rest,
+                                       state_machine& sm, acl_authorizer const& authz) {
+    auto name = requirement_name(need_.name, req, rest, sm);
+    if (!name) return std::nullopt;
+    if (need_.whole_prefix) {
+        if (authz.key_write_prefix(*name)) return std::nullopt;
+        return text(http::status::forbidden, authz.denied(need_.resource, need_.access, *name));
+    }
+    return need(authz, need_.resource, need_.access, *name);
+}
+
+// Every KV operation of a PUT /v1/txn, as Consul's Txn.preCheck does: 409
+// with one error per refused operation.
+std::optional<response> check_txn(request const& req, acl_authorizer const& authz) {
+    auto body = parse_body(req);
+    if (!body || !body->is_array()) return std::nullopt;  // the API answers
+    json::array errors;
+    std::size_t i = 0;
+    for (auto const& item : body->as_array()) {
+        std::size_t const op_index = i++;
+        if (!item.is_object()) continue;
+        auto const* kv = member(item.as_object(), "KV");
+        if (!kv || !kv->is_object()) continue;
+        std::string const verb = string_member(kv->as_object(), "Verb").value_or("");
+        std::string const key = string_member(kv->as_object(), "Key").value_or("");
+        bool ok = false;
+        acl_access want = acl_access::write;
+        if (is_read_verb(verb)) {
+            want = acl_access::read;
+            ok = authz.allowed(acl_resource::key, key, want);
+        } else if (verb == "delete-tree") {
+            ok = authz.key_write_prefix(key);
+        } else {
+            ok = authz.allowed(acl_resource::key, key, want);
+        }
+        if (!ok)
+            errors.emplace_back(
+                json::object{{"OpIndex", op_index}, {"What", authz.denied(acl_resource::key, want, key)}});
+    }
+    if (errors.empty()) return std::nullopt;
+    return json_answer(http::status::conflict, json::object{{"Results", nullptr}, {"Errors", std::move(errors)}});
+}
+
+}  // namespace
+
+// Anything the route table knows no rule for (unknown paths, endpoints added
+// later) needs a management token unless the default policy allows everything.
+std::optional<response> acl_store::check_operator(acl_authorizer const& authz) const {
+    if (authz.management() || opts_.default_policy == acl_access::write) return std::nullopt;
+    return text(http::status::forbidden, "Permission denied: token with AccessorID '" + authz.accessor_id() +
+                                             "' lacks permission 'operator:write'");
+}
+
+std::optional<response> acl_store::authorize(request const& req, route const& r, state_machine& sm,
+                                             acl_filter& filter) {
+    using check = acl_requirement::check;
+    auto const& need_ = r.acl;
+    if (!opts_.enabled) {
+        if (need_.what == check::acl_api) return text(http::status::unauthorized, "ACL support disabled");
+        return std::nullopt;
+    }
+    if (need_.what == check::exempt) return std::nullopt;  // Consul checks no ACL there
 
     acl_token const* token = find_secret(request_token(req));
     if (!token) return text(http::status::forbidden, "ACL not found");
-    if (is_acl) return acl_endpoint(req, p.size() > 8 ? p.substr(8) : std::string_view{}, token, sm);
+    if (need_.what == check::acl_api) return acl_endpoint(req, r.rest, token);
 
     auto authz = authorizer_for(*token);
     filter.authz = authz;
-    auto need = [&](acl_resource r, acl_access a, std::string_view name) -> std::optional<response> {
-        if (authz->allowed(r, name, a)) return std::nullopt;
-        return text(http::status::forbidden, authz->denied(r, a, name));
-    };
-    auto const method = req.method();
-    bool const reading = method == http::verb::get || method == http::verb::head || method == http::verb::options;
-    auto params = parsed->params();
-    std::string const& self = sm.config().node_name;
-
-    // ---- KV ----
-    if (p == "/v1/kv" || p.starts_with("/v1/kv/")) {
-        std::string_view const key = p.size() > 7 ? p.substr(7) : std::string_view{};
-        if (reading) {
-            if (params.contains("keys")) {
-                filter.what = acl_filter::kind::kv_keys;
-                return std::nullopt;
-            }
-            if (params.contains("recurse")) {
-                filter.what = acl_filter::kind::kv_entries;
-                return std::nullopt;
-            }
-            return need(acl_resource::key, acl_access::read, key);
-        }
-        if (method == http::verb::delete_ && params.contains("recurse")) {
-            if (authz->key_write_prefix(key)) return std::nullopt;
-            return text(http::status::forbidden, authz->denied(acl_resource::key, acl_access::write, key));
-        }
-        return need(acl_resource::key, acl_access::write, key);
+    filter.what = need_.filter;
+    switch (need_.what) {
+    case check::exempt:
+    case check::acl_api:
+    case check::none:
+    case check::list: return std::nullopt;
+    case check::resource: return check_resource(need_, req, r.rest, sm, *authz);
+    case check::txn: return check_txn(req, *authz);
+    case check::operator_write: break;
     }
-
-    // ---- txn: every operation, as Consul's Txn.preCheck does ----
-    if (p == "/v1/txn") {
-        filter.what = acl_filter::kind::txn_results;
-        auto body = parse_body(req);
-        if (method != http::verb::put || !body || !body->is_array()) return std::nullopt;  // the API answers
-        json::array errors;
-        std::size_t i = 0;
-        for (auto const& item : body->as_array()) {
-            std::size_t const op_index = i++;
-            if (!item.is_object()) continue;
-            auto const* kv = member(item.as_object(), "KV");
-            if (!kv || !kv->is_object()) continue;
-            std::string const verb = string_member(kv->as_object(), "Verb").value_or("");
-            std::string const key = string_member(kv->as_object(), "Key").value_or("");
-            bool ok = false;
-            acl_access want = acl_access::write;
-            if (is_read_verb(verb)) {
-                want = acl_access::read;
-                ok = authz->allowed(acl_resource::key, key, want);
-            } else if (verb == "delete-tree") {
-                ok = authz->key_write_prefix(key);
-            } else {
-                ok = authz->allowed(acl_resource::key, key, want);
-            }
-            if (!ok)
-                errors.emplace_back(json::object{{"OpIndex", op_index},
-                                                 {"What", authz->denied(acl_resource::key, want, key)}});
-        }
-        if (errors.empty()) return std::nullopt;
-        return json_answer(http::status::conflict, json::object{{"Results", nullptr}, {"Errors", std::move(errors)}});
-    }
-
-    // ---- sessions: by the node they belong to ----
-    if (p.starts_with("/v1/session/")) {
-        std::string_view const rest = p.substr(12);
-        if (rest == "create") {
-            if (method != http::verb::put) return std::nullopt;
-            std::string node = self;
-            if (auto body = parse_body(req); body && body->is_object())
-                if (auto n = string_member(body->as_object(), "Node")) node = *n;
-            return need(acl_resource::session, acl_access::write, node);
-        }
-        for (std::string_view verb : {"destroy/", "renew/"}) {
-            if (!rest.starts_with(verb)) continue;
-            if (auto const* s = sm.session_get(rest.substr(verb.size())))
-                return need(acl_resource::session, acl_access::write, s->node);
-            return std::nullopt;  // unknown: nothing to protect (destroy true, renew 404)
-        }
-        filter.what = acl_filter::kind::sessions;  // info, list, node
-        return std::nullopt;
-    }
-
-    // ---- agent ----
-    if (p.starts_with("/v1/agent/")) {
-        std::string_view const rest = p.substr(10);
-        if (rest == "checks") {
-            filter.what = acl_filter::kind::checks_object;
-            return std::nullopt;
-        }
-        if (rest.starts_with("check/")) return need(acl_resource::node, acl_access::write, self);
-        // self, metrics and whatever else the agent serves about itself.
-        return need(acl_resource::agent, reading ? acl_access::read : acl_access::write, self);
-    }
-
-    // ---- catalog, health ----
-    if (p == "/v1/catalog/register" || p == "/v1/catalog/deregister") {
-        auto body = parse_body(req);
-        if (!body || !body->is_object()) return std::nullopt;  // the API answers 400
-        auto node = string_member(body->as_object(), "Node");
-        if (!node || node->empty()) return std::nullopt;
-        return need(acl_resource::node, acl_access::write, *node);
-    }
-    if (p == "/v1/catalog/nodes") {
-        filter.what = acl_filter::kind::nodes;
-        return std::nullopt;
-    }
-    if (p.starts_with("/v1/health/node/")) {
-        filter.what = acl_filter::kind::checks_array;
-        return std::nullopt;
-    }
-
-    // Anything else (unknown paths, endpoints added later) needs a management
-    // token unless the default policy allows everything.
-    if (authz->management() || opts_.default_policy == acl_access::write) return std::nullopt;
-    return text(http::status::forbidden, "Permission denied: token with AccessorID '" + authz->accessor_id() +
-                                             "' lacks permission 'operator:write'");
+    return check_operator(*authz);
 }
 
 // ---- apply: filter list answers ------------------------------------------------------
@@ -730,8 +715,7 @@ json::object render_policy(acl_policy const& p) {
 
 }  // namespace
 
-std::optional<response> acl_store::acl_endpoint(request const& req, std::string_view rest, acl_token const* caller,
-                                                 state_machine&) {
+std::optional<response> acl_store::acl_endpoint(request const& req, std::string_view rest, acl_token const* caller) {
     auto authz = authorizer_for(*caller);
     auto const method = req.method();
     auto need = [&](acl_access a) -> std::optional<response> {
