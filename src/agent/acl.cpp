@@ -340,82 +340,84 @@ acl_store::acl_store(acl_options opts) : opts_(std::move(opts)) {
 
     if (auto const* ps = array_member(top, "policies", "ACL file")) {
         std::size_t i = 0;
-        for (auto const& pv : *ps) {
-            std::string const where = "ACL file: policies[" + std::to_string(i++) + "]";
-            if (!pv.is_object()) throw acl_config_error(where + " must be an object");
-            auto const& po = pv.as_object();
-            check_fields(po, {"ID", "Name", "Description", "Rules"}, where);
-            auto p = std::make_unique<acl_policy>();
-            p->id = string_field(po, "ID", where);
-            if (p->id.empty()) p->id = random_uuid();
-            p->name = string_field(po, "Name", where);
-            if (p->name.empty()) throw acl_config_error(where + ": missing \"Name\"");
-            p->description = string_field(po, "Description", where);
-            try {
-                if (auto const* r = member(po, "Rules")) p->rules = acl_rules::from_json(*r);
-            } catch (acl_config_error const& e) {
-                throw acl_config_error(where + ": " + e.what());
-            }
-            if (find_policy(p->name) || find_policy(p->id))
-                throw acl_config_error(where + ": duplicate policy \"" + p->name + "\"");
-            p->create_index = p->modify_index = ++index_;
-            policies_.push_back(std::move(p));
-        }
+        for (auto const& pv : *ps) load_file_policy(pv, "ACL file: policies[" + std::to_string(i++) + "]");
     }
     if (auto const* ts = array_member(top, "tokens", "ACL file")) {
         std::size_t i = 0;
-        for (auto const& tv : *ts) {
-            std::string const where = "ACL file: tokens[" + std::to_string(i++) + "]";
-            if (!tv.is_object()) throw acl_config_error(where + " must be an object");
-            auto const& to = tv.as_object();
-            check_fields(to, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management"}, where);
-            acl_token t;
-            t.accessor_id = string_field(to, "AccessorID", where);
-            t.secret_id = string_field(to, "SecretID", where);
-            t.description = string_field(to, "Description", where);
-            if (auto const* m = member(to, "Management"); m && !m->is_null()) {
-                if (!m->is_bool()) throw acl_config_error(where + ": \"Management\" must be true or false");
-                t.management = m->as_bool();
+        for (auto const& tv : *ts) load_file_token(tv, "ACL file: tokens[" + std::to_string(i++) + "]");
+    }
+}
+
+void acl_store::load_file_policy(json::value const& pv, std::string const& where) {
+    if (!pv.is_object()) throw acl_config_error(where + " must be an object");
+    auto const& po = pv.as_object();
+    check_fields(po, {"ID", "Name", "Description", "Rules"}, where);
+    auto p = std::make_unique<acl_policy>();
+    p->id = string_field(po, "ID", where);
+    if (p->id.empty()) p->id = random_uuid();
+    p->name = string_field(po, "Name", where);
+    if (p->name.empty()) throw acl_config_error(where + ": missing \"Name\"");
+    p->description = string_field(po, "Description", where);
+    try {
+        if (auto const* r = member(po, "Rules")) p->rules = acl_rules::from_json(*r);
+    } catch (acl_config_error const& e) {
+        throw acl_config_error(where + ": " + e.what());
+    }
+    if (find_policy(p->name) || find_policy(p->id))
+        throw acl_config_error(where + ": duplicate policy \"" + p->name + "\"");
+    p->create_index = p->modify_index = ++index_;
+    policies_.push_back(std::move(p));
+}
+
+void acl_store::load_file_token(json::value const& tv, std::string const& where) {
+    if (!tv.is_object()) throw acl_config_error(where + " must be an object");
+    auto const& to = tv.as_object();
+    check_fields(to, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management"}, where);
+    acl_token t;
+    t.accessor_id = string_field(to, "AccessorID", where);
+    t.secret_id = string_field(to, "SecretID", where);
+    t.description = string_field(to, "Description", where);
+    if (auto const* m = member(to, "Management"); m && !m->is_null()) {
+        if (!m->is_bool()) throw acl_config_error(where + ": \"Management\" must be true or false");
+        t.management = m->as_bool();
+    }
+    try {
+        if (auto const* r = member(to, "Rules")) t.rules = acl_rules::from_json(*r);
+    } catch (acl_config_error const& e) {
+        throw acl_config_error(where + ": " + e.what());
+    }
+    if (auto const* links = array_member(to, "Policies", where)) {
+        for (auto const& l : *links) {
+            std::string ref;
+            if (l.is_string()) ref = std::string(l.as_string());
+            else if (l.is_object()) {
+                ref = string_field(l.as_object(), "ID", where);
+                if (ref.empty()) ref = string_field(l.as_object(), "Name", where);
             }
-            try {
-                if (auto const* r = member(to, "Rules")) t.rules = acl_rules::from_json(*r);
-            } catch (acl_config_error const& e) {
-                throw acl_config_error(where + ": " + e.what());
-            }
-            if (auto const* links = array_member(to, "Policies", where)) {
-                for (auto const& l : *links) {
-                    std::string ref;
-                    if (l.is_string()) ref = std::string(l.as_string());
-                    else if (l.is_object()) {
-                        ref = string_field(l.as_object(), "ID", where);
-                        if (ref.empty()) ref = string_field(l.as_object(), "Name", where);
-                    }
-                    auto const* p = find_policy(ref);
-                    if (!p) throw acl_config_error(where + ": no policy named \"" + ref + "\"");
-                    t.policy_ids.push_back(p->id);
-                }
-            }
-            bool const is_anonymous = t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id;
-            if (is_anonymous) {
-                // The anonymous token's rules: what requests without a token may do.
-                if (t.management) throw acl_config_error(where + ": the anonymous token cannot be a management token");
-                auto& anon = *tokens_.front();
-                anon.rules = std::move(t.rules);
-                anon.policy_ids = std::move(t.policy_ids);
-                if (!t.description.empty()) anon.description = std::move(t.description);
-                continue;
-            }
-            if (t.secret_id.empty()) throw acl_config_error(where + ": missing \"SecretID\"");
-            if (t.accessor_id.empty()) t.accessor_id = random_uuid();
-            for (auto const& other : tokens_) {
-                if (other->secret_id == t.secret_id) throw acl_config_error(where + ": duplicate SecretID");
-                if (other->accessor_id == t.accessor_id)
-                    throw acl_config_error(where + ": duplicate AccessorID \"" + t.accessor_id + "\"");
-            }
-            t.create_index = t.modify_index = ++index_;
-            tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
+            auto const* p = find_policy(ref);
+            if (!p) throw acl_config_error(where + ": no policy named \"" + ref + "\"");
+            t.policy_ids.push_back(p->id);
         }
     }
+    bool const is_anonymous = t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id;
+    if (is_anonymous) {
+        // The anonymous token's rules: what requests without a token may do.
+        if (t.management) throw acl_config_error(where + ": the anonymous token cannot be a management token");
+        auto& anon = *tokens_.front();
+        anon.rules = std::move(t.rules);
+        anon.policy_ids = std::move(t.policy_ids);
+        if (!t.description.empty()) anon.description = std::move(t.description);
+        return;
+    }
+    if (t.secret_id.empty()) throw acl_config_error(where + ": missing \"SecretID\"");
+    if (t.accessor_id.empty()) t.accessor_id = random_uuid();
+    for (auto const& other : tokens_) {
+        if (other->secret_id == t.secret_id) throw acl_config_error(where + ": duplicate SecretID");
+        if (other->accessor_id == t.accessor_id)
+            throw acl_config_error(where + ": duplicate AccessorID \"" + t.accessor_id + "\"");
+    }
+    t.create_index = t.modify_index = ++index_;
+    tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
 }
 
 std::string acl_store::request_token(request const& req) {
@@ -715,145 +717,176 @@ json::object render_policy(acl_policy const& p) {
 
 }  // namespace
 
+namespace {
+
+std::optional<response> acl_denied_unless(acl_authorizer const& authz, acl_access a) {
+    if (authz.allowed(acl_resource::acl, "", a)) return std::nullopt;
+    return text(http::status::forbidden, authz.denied(acl_resource::acl, a, ""));
+}
+
+response method_not_allowed(request const& req, std::string_view allow) {
+    response r = text(http::status::method_not_allowed, "method " + std::string(req.method_string()) + " not allowed");
+    r.set(http::field::allow, allow);
+    return r;
+}
+
+response bad_request(std::string m) { return text(http::status::bad_request, std::move(m)); }
+
+// The method check, then the ACL check, every /v1/acl endpoint starts with.
+std::optional<response> acl_prologue(request const& req, acl_authorizer const& authz, http::verb method,
+                                     std::string_view allow, acl_access want) {
+    if (req.method() != method) return method_not_allowed(req, allow);
+    return acl_denied_unless(authz, want);
+}
+
+}  // namespace
+
+response acl_store::answer(request const& req, json::value const& v) const {
+    response r = json_answer(http::status::ok, v);
+    if (req.method() == http::verb::get) r.set("X-Consul-Index", std::to_string(index_));
+    return r;
+}
+
+std::vector<acl_policy const*> acl_store::policies_of(acl_token const& t) const {
+    std::vector<acl_policy const*> out;
+    for (auto const& id : t.policy_ids)
+        if (auto const* p = find_policy(id)) out.push_back(p);
+    return out;
+}
+
+// The body of PUT /v1/acl/token; throws acl_config_error with the 400's text.
+acl_token acl_store::decode_token(json::object const& o) const {
+    std::string const where = "Request decode failed";
+    check_fields(o, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management", "Local"}, where);
+    acl_token t;
+    t.accessor_id = string_field(o, "AccessorID", where);
+    t.secret_id = string_field(o, "SecretID", where);
+    t.description = string_field(o, "Description", where);
+    if (auto const* m = member(o, "Management"); m && m->is_bool()) t.management = m->as_bool();
+    if (auto const* r = member(o, "Rules")) t.rules = acl_rules::from_json(*r);
+    if (auto const* links = array_member(o, "Policies", where)) {
+        for (auto const& l : *links) {
+            std::string id, name;
+            if (l.is_object()) {
+                id = string_field(l.as_object(), "ID", where);
+                name = string_field(l.as_object(), "Name", where);
+            }
+            auto const* p = find_policy(!id.empty() ? id : name);
+            if (!p)
+                throw acl_config_error("No such ACL policy with " + (!id.empty() ? "ID \"" + id : "name \"" + name) +
+                                       "\"");
+            t.policy_ids.push_back(p->id);
+        }
+    }
+    return t;
+}
+
+response acl_store::token_create(request const& req) {
+    auto body = parse_body(req);
+    if (!body || !body->is_object()) return bad_request("Request decode failed: the body must be a JSON object");
+    acl_token t;
+    try {
+        t = decode_token(body->as_object());
+    } catch (acl_config_error const& e) {
+        return bad_request(e.what());
+    }
+    if (t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id)
+        return bad_request("Cannot create a token with the anonymous token's IDs");
+    if (t.accessor_id.empty()) t.accessor_id = random_uuid();
+    if (t.secret_id.empty()) t.secret_id = random_uuid();
+    for (auto const& other : tokens_) {
+        if (other->accessor_id == t.accessor_id) return bad_request("Invalid Token: AccessorID is already in use");
+        if (other->secret_id == t.secret_id) return bad_request("Invalid Token: SecretID is already in use");
+    }
+    t.create_index = t.modify_index = ++index_;
+    tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
+    auto const& created = *tokens_.back();
+    return answer(req, render_token(created, policies_of(created), true));
+}
+
+// GET and DELETE /v1/acl/token/<accessor ID>.
+response acl_store::token_by_id(request const& req, std::string_view id, acl_token const* caller,
+                                acl_authorizer const& authz) {
+    auto it = std::find_if(tokens_.begin(), tokens_.end(), [&](auto const& t) { return t->accessor_id == id; });
+    if (req.method() == http::verb::get) {
+        if (auto r = acl_denied_unless(authz, acl_access::read)) return std::move(*r);
+        if (it == tokens_.end()) return text(http::status::forbidden, "ACL not found");
+        bool const show = authz.allowed(acl_resource::acl, "", acl_access::write);
+        return answer(req, render_token(**it, policies_of(**it), show));
+    }
+    if (req.method() == http::verb::delete_) {
+        if (auto r = acl_denied_unless(authz, acl_access::write)) return std::move(*r);
+        if (it == tokens_.end()) return answer(req, json::value(true));
+        if ((*it)->accessor_id == anonymous_accessor_id)
+            return bad_request("Delete of the anonymous token is not allowed");
+        if (it->get() == caller) return bad_request("Deletion of the request's authorization token is not permitted");
+        tokens_.erase(it);
+        ++index_;
+        return answer(req, json::value(true));
+    }
+    return method_not_allowed(req, "OPTIONS,GET,DELETE");
+}
+
+response acl_store::policy_create(request const& req) {
+    auto body = parse_body(req);
+    if (!body || !body->is_object()) return bad_request("Request decode failed: the body must be a JSON object");
+    acl_policy pol;
+    try {
+        auto const& o = body->as_object();
+        std::string const where = "Request decode failed";
+        check_fields(o, {"ID", "Name", "Description", "Rules", "Datacenters"}, where);
+        pol.name = string_field(o, "Name", where);
+        pol.description = string_field(o, "Description", where);
+        if (auto const* r = member(o, "Rules")) pol.rules = acl_rules::from_json(*r);
+    } catch (acl_config_error const& e) {
+        return bad_request(e.what());
+    }
+    if (pol.name.empty()) return bad_request("Invalid Policy: no Name is set");
+    if (find_policy(pol.name))
+        return bad_request("Invalid Policy: A Policy with Name \"" + pol.name + "\" already exists");
+    pol.id = random_uuid();
+    pol.create_index = pol.modify_index = ++index_;
+    policies_.push_back(std::make_unique<acl_policy>(std::move(pol)));
+    return answer(req, render_policy(*policies_.back()));
+}
+
 std::optional<response> acl_store::acl_endpoint(request const& req, std::string_view rest, acl_token const* caller) {
     auto authz = authorizer_for(*caller);
-    auto const method = req.method();
-    auto need = [&](acl_access a) -> std::optional<response> {
-        if (authz->allowed(acl_resource::acl, "", a)) return std::nullopt;
-        return text(http::status::forbidden, authz->denied(acl_resource::acl, a, ""));
-    };
-    auto method_not_allowed = [&](std::string_view allow) {
-        response r = text(http::status::method_not_allowed, "method " + std::string(req.method_string()) + " not allowed");
-        r.set(http::field::allow, allow);
-        return r;
-    };
-    auto answer = [&](json::value const& v) {
-        response r = json_answer(http::status::ok, v);
-        if (method == http::verb::get) r.set("X-Consul-Index", std::to_string(index_));
-        return r;
-    };
-    auto policies_of = [&](acl_token const& t) {
-        std::vector<acl_policy const*> out;
-        for (auto const& id : t.policy_ids)
-            if (auto const* p = find_policy(id)) out.push_back(p);
-        return out;
-    };
-    auto bad = [](std::string m) { return text(http::status::bad_request, std::move(m)); };
-
+    auto const get = http::verb::get;
+    auto const put = http::verb::put;
     if (rest == "token/self") {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
+        if (req.method() != get) return method_not_allowed(req, "OPTIONS,GET");
         if (request_token(req).empty()) return text(http::status::forbidden, "ACL not found");
-        return answer(render_token(*caller, policies_of(*caller), true));
+        return answer(req, render_token(*caller, policies_of(*caller), true));
     }
     if (rest == "token") {
-        if (method != http::verb::put) return method_not_allowed("OPTIONS,PUT");
-        if (auto r = need(acl_access::write)) return r;
-        auto body = parse_body(req);
-        if (!body || !body->is_object()) return bad("Request decode failed: the body must be a JSON object");
-        acl_token t;
-        try {
-            auto const& o = body->as_object();
-            std::string const where = "Request decode failed";
-            check_fields(o, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management", "Local"},
-                         where);
-            t.accessor_id = string_field(o, "AccessorID", where);
-            t.secret_id = string_field(o, "SecretID", where);
-            t.description = string_field(o, "Description", where);
-            if (auto const* m = member(o, "Management"); m && m->is_bool()) t.management = m->as_bool();
-            if (auto const* r = member(o, "Rules")) t.rules = acl_rules::from_json(*r);
-            if (auto const* links = array_member(o, "Policies", where)) {
-                for (auto const& l : *links) {
-                    std::string id, name;
-                    if (l.is_object()) {
-                        id = string_field(l.as_object(), "ID", where);
-                        name = string_field(l.as_object(), "Name", where);
-                    }
-                    auto const* p = find_policy(!id.empty() ? id : name);
-                    if (!p) return bad("No such ACL policy with " + (!id.empty() ? "ID \"" + id : "name \"" + name) + "\"");
-                    t.policy_ids.push_back(p->id);
-                }
-            }
-        } catch (acl_config_error const& e) {
-            return bad(e.what());
-        }
-        if (t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id)
-            return bad("Cannot create a token with the anonymous token's IDs");
-        if (t.accessor_id.empty()) t.accessor_id = random_uuid();
-        if (t.secret_id.empty()) t.secret_id = random_uuid();
-        for (auto const& other : tokens_) {
-            if (other->accessor_id == t.accessor_id) return bad("Invalid Token: AccessorID is already in use");
-            if (other->secret_id == t.secret_id) return bad("Invalid Token: SecretID is already in use");
-        }
-        t.create_index = t.modify_index = ++index_;
-        tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
-        auto const& created = *tokens_.back();
-        return answer(render_token(created, policies_of(created), true));
+        if (auto r = acl_prologue(req, *authz, put, "OPTIONS,PUT", acl_access::write)) return r;
+        return token_create(req);
     }
-    if (rest.starts_with("token/")) {
-        std::string_view const id = rest.substr(6);
-        auto it = std::find_if(tokens_.begin(), tokens_.end(), [&](auto const& t) { return t->accessor_id == id; });
-        if (method == http::verb::get) {
-            if (auto r = need(acl_access::read)) return r;
-            if (it == tokens_.end()) return text(http::status::forbidden, "ACL not found");
-            bool const show = authz->allowed(acl_resource::acl, "", acl_access::write);
-            return answer(render_token(**it, policies_of(**it), show));
-        }
-        if (method == http::verb::delete_) {
-            if (auto r = need(acl_access::write)) return r;
-            if (it == tokens_.end()) return answer(json::value(true));
-            if ((*it)->accessor_id == anonymous_accessor_id) return bad("Delete of the anonymous token is not allowed");
-            if (it->get() == caller) return bad("Deletion of the request's authorization token is not permitted");
-            tokens_.erase(it);
-            ++index_;
-            return answer(json::value(true));
-        }
-        return method_not_allowed("OPTIONS,GET,DELETE");
-    }
+    if (rest.starts_with("token/")) return token_by_id(req, rest.substr(6), caller, *authz);
     if (rest == "tokens") {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
-        if (auto r = need(acl_access::read)) return r;
+        if (auto r = acl_prologue(req, *authz, get, "OPTIONS,GET", acl_access::read)) return r;
         json::array a;
         for (auto const& t : tokens_) a.emplace_back(render_token(*t, policies_of(*t), false));
-        return answer(a);
+        return answer(req, a);
     }
     if (rest == "policy") {
-        if (method != http::verb::put) return method_not_allowed("OPTIONS,PUT");
-        if (auto r = need(acl_access::write)) return r;
-        auto body = parse_body(req);
-        if (!body || !body->is_object()) return bad("Request decode failed: the body must be a JSON object");
-        acl_policy pol;
-        try {
-            auto const& o = body->as_object();
-            std::string const where = "Request decode failed";
-            check_fields(o, {"ID", "Name", "Description", "Rules", "Datacenters"}, where);
-            pol.name = string_field(o, "Name", where);
-            pol.description = string_field(o, "Description", where);
-            if (auto const* r = member(o, "Rules")) pol.rules = acl_rules::from_json(*r);
-        } catch (acl_config_error const& e) {
-            return bad(e.what());
-        }
-        if (pol.name.empty()) return bad("Invalid Policy: no Name is set");
-        if (find_policy(pol.name)) return bad("Invalid Policy: A Policy with Name \"" + pol.name + "\" already exists");
-        pol.id = random_uuid();
-        pol.create_index = pol.modify_index = ++index_;
-        policies_.push_back(std::make_unique<acl_policy>(std::move(pol)));
-        return answer(render_policy(*policies_.back()));
+        if (auto r = acl_prologue(req, *authz, put, "OPTIONS,PUT", acl_access::write)) return r;
+        return policy_create(req);
     }
     if (rest.starts_with("policy/")) {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
-        if (auto r = need(acl_access::read)) return r;
+        if (auto r = acl_prologue(req, *authz, get, "OPTIONS,GET", acl_access::read)) return r;
         std::string_view ref = rest.substr(7);
         if (ref.starts_with("name/")) ref.remove_prefix(5);
         auto const* pol = find_policy(ref);
         if (!pol) return text(http::status::forbidden, "ACL not found");
-        return answer(render_policy(*pol));
+        return answer(req, render_policy(*pol));
     }
     if (rest == "policies") {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
-        if (auto r = need(acl_access::read)) return r;
+        if (auto r = acl_prologue(req, *authz, get, "OPTIONS,GET", acl_access::read)) return r;
         json::array a;
         for (auto const& pol : policies_) a.emplace_back(render_policy(*pol));
-        return answer(a);
+        return answer(req, a);
     }
     return text(http::status::not_found, "404 page not found\n");
 }

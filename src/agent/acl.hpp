@@ -173,6 +173,17 @@ public:
 private:
     std::optional<response> acl_endpoint(request const& req, std::string_view rest, acl_token const* caller);
     std::optional<response> check_operator(acl_authorizer const& authz) const;
+    // The /v1/acl endpoints' pieces (acl_endpoint dispatches to them).
+    response answer(request const& req, boost::json::value const& v) const;
+    std::vector<acl_policy const*> policies_of(acl_token const& t) const;
+    acl_token decode_token(boost::json::object const& o) const;
+    response token_create(request const& req);
+    response token_by_id(request const& req, std::string_view id, acl_token const* caller,
+                         acl_authorizer const& authz);
+    response policy_create(request const& req);
+    // The ACL file's entries (the constructor reads the file).
+    void load_file_policy(boost::json::value const& v, std::string const& where);
+    void load_file_token(boost::json::value const& v, std::string const& where);
     acl_rules effective_rules(acl_token const& t) const;
     acl_policy const* find_policy(std::string_view id_or_name) const;
 
