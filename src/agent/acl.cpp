@@ -5,6 +5,7 @@
 // the token may not do; apply() strips from list answers what it may not
 // read, as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
 #include "agent/acl.hpp"
+#include "agent/reply.hpp"
 #include "agent/router.hpp"
 #include "net/strings.hpp"
 
@@ -45,31 +46,6 @@ std::string_view to_string(acl_resource r) noexcept {
 }
 
 namespace {
-
-constexpr std::string_view text_plain = "text/plain; charset=utf-8";
-constexpr std::string_view app_json = "application/json";
-
-response text(http::status st, std::string body) {
-    response res{st, 11};
-    res.set(http::field::content_type, text_plain);
-    res.body() = std::move(body);
-    return res;
-}
-
-response json_answer(http::status st, json::value const& v) {
-    response res{st, 11};
-    res.set(http::field::content_type, app_json);
-    res.body() = json::serialize(v);
-    return res;
-}
-
-// A member by case-insensitive name, as Go's encoding/json matches fields.
-json::value const* member(json::object const& o, std::string_view name) {
-    if (auto const* v = o.if_contains(name)) return v;
-    for (auto const& kv : o)
-        if (iequals(kv.key(), name)) return &kv.value();
-    return nullptr;
-}
 
 std::optional<std::string> string_member(json::object const& o, std::string_view name) {
     auto const* v = member(o, name);

@@ -6,9 +6,9 @@
 #include "agent/acl.hpp"
 #include "agent/http_api.hpp"
 #include "agent/metrics.hpp"
+#include "agent/reply.hpp"
 #include "agent/router.hpp"
 #include "net/duration.hpp"
-#include "net/strings.hpp"
 #include "net/wire.hpp"
 
 #include <boost/beast/http/field.hpp>
@@ -27,8 +27,6 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr std::string_view text_plain = "text/plain; charset=utf-8";
-constexpr std::string_view app_json = "application/json";
 constexpr std::string_view consul_version = "1.22.0";
 constexpr std::size_t max_txn_ops = 64;
 
@@ -40,30 +38,13 @@ std::string strconv_error(std::string_view s) {
     return "strconv.ParseUint: parsing \"" + std::string(s) + "\": " + (digits ? "value out of range" : "invalid syntax");
 }
 
-response make_response(http::status status, std::string body, std::string_view content_type) {
-    response res{status, 11};
-    if (!content_type.empty()) res.set(http::field::content_type, content_type);
-    res.body() = std::move(body);
-    return res;
-}
-
-response text(http::status status, std::string body) { return make_response(status, std::move(body), text_plain); }
-
-response json_response(json::value const& v) { return make_response(http::status::ok, json::serialize(v), app_json); }
+response json_response(json::value const& v) { return json_answer(http::status::ok, v); }
 
 // Consul's query meta headers: on every GET, including 404s.
 void set_meta(response& res, std::uint64_t index) {
     res.set("X-Consul-Index", std::to_string(std::max<std::uint64_t>(index, 1)));
     res.set("X-Consul-KnownLeader", "true");
     res.set("X-Consul-LastContact", "0");
-}
-
-// Finds a member by case-insensitive name, as Go's encoding/json does.
-json::value const* member(json::object const& o, std::string_view name) {
-    if (auto const* v = o.if_contains(name)) return v;
-    for (auto const& kv : o)
-        if (iequals(kv.key(), name)) return &kv.value();
-    return nullptr;
 }
 
 struct decode_error {
@@ -976,7 +957,8 @@ api_outcome http_api::handle(request const& req, time_point now, blocking_state&
         acl_filter filter;
         if (acl_)
             if (auto refused = acl_->authorize(req, r, sm_, filter)) return {std::move(*refused), std::nullopt};
-        if (auto refused = check_limits(limits_, sm_, req)) return {std::move(*refused), std::nullopt};
+        if (auto refused = check_limits(limits_, sm_, req, r, parsed->params()))
+            return {std::move(*refused), std::nullopt};
         api_outcome out = handler(sm_, req, *parsed, r, now, bs, metrics_, &limits_).run();
         if (out.res) acl_store::apply(filter, *out.res);
         return out;
