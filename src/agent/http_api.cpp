@@ -127,6 +127,12 @@ json::object render_kv(kv_entry const& e, json::storage_ptr sp = {}) {
     return o;
 }
 
+json::array string_array(std::vector<std::string> const& v) {
+    json::array a;
+    for (auto const& s : v) a.emplace_back(s);
+    return a;
+}
+
 json::object render_session(session_entry const& s) {
     json::object o;
     o["ID"] = s.id;
@@ -135,9 +141,7 @@ json::object render_session(session_entry const& s) {
     o["LockDelay"] = s.lock_delay_ns;  // integer nanoseconds: Go decodes a time.Duration
     o["Behavior"] = s.behavior == session_behavior::release ? "release" : "delete";
     o["TTL"] = s.ttl;
-    json::array nc;
-    for (auto const& c : s.node_checks) nc.emplace_back(c);
-    o["NodeChecks"] = std::move(nc);
+    o["NodeChecks"] = string_array(s.node_checks);
     if (s.service_checks.empty()) {
         o["ServiceChecks"] = nullptr;
     } else {
@@ -145,11 +149,7 @@ json::object render_session(session_entry const& s) {
         for (auto const& c : s.service_checks) sc.emplace_back(json::object{{"ID", c.id}, {"Namespace", c.ns}});
         o["ServiceChecks"] = std::move(sc);
     }
-    if (!s.checks.empty()) {
-        json::array c;
-        for (auto const& id : s.checks) c.emplace_back(id);
-        o["Checks"] = std::move(c);
-    }
+    if (!s.checks.empty()) o["Checks"] = string_array(s.checks);
     o["CreateIndex"] = s.create_index;
     o["ModifyIndex"] = s.modify_index;
     return o;
