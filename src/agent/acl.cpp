@@ -1,10 +1,13 @@
 // ACLs of the embedded agent (include/tenure/detail/agent/acl.hpp).
 //
-// The checks sit in front of the socket-free API: authorize() routes the
-// request once more (the same paths http_api.cpp serves) and refuses what the
-// token may not do; apply() strips from list answers what it may not read,
-// as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
+// The checks sit in front of the socket-free API: authorize() carries out the
+// ACL requirement the router (router.hpp) gave the request and refuses what
+// the token may not do; apply() strips from list answers what it may not
+// read, as Consul's ACL filters do. Keeping them here leaves the endpoints alone.
 #include "agent/acl.hpp"
+#include "agent/reply.hpp"
+#include "agent/router.hpp"
+#include "net/strings.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
@@ -15,7 +18,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdio>
 
 namespace tenure::detail::agent {
@@ -44,37 +46,6 @@ std::string_view to_string(acl_resource r) noexcept {
 }
 
 namespace {
-
-constexpr std::string_view text_plain = "text/plain; charset=utf-8";
-constexpr std::string_view app_json = "application/json";
-
-response text(http::status st, std::string body) {
-    response res{st, 11};
-    res.set(http::field::content_type, text_plain);
-    res.body() = std::move(body);
-    return res;
-}
-
-response json_answer(http::status st, json::value const& v) {
-    response res{st, 11};
-    res.set(http::field::content_type, app_json);
-    res.body() = json::serialize(v);
-    return res;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
-// A member by case-insensitive name, as Go's encoding/json matches fields.
-json::value const* member(json::object const& o, std::string_view name) {
-    if (auto const* v = o.if_contains(name)) return v;
-    for (auto const& kv : o)
-        if (iequals(kv.key(), name)) return &kv.value();
-    return nullptr;
-}
 
 std::optional<std::string> string_member(json::object const& o, std::string_view name) {
     auto const* v = member(o, name);
@@ -345,82 +316,84 @@ acl_store::acl_store(acl_options opts) : opts_(std::move(opts)) {
 
     if (auto const* ps = array_member(top, "policies", "ACL file")) {
         std::size_t i = 0;
-        for (auto const& pv : *ps) {
-            std::string const where = "ACL file: policies[" + std::to_string(i++) + "]";
-            if (!pv.is_object()) throw acl_config_error(where + " must be an object");
-            auto const& po = pv.as_object();
-            check_fields(po, {"ID", "Name", "Description", "Rules"}, where);
-            auto p = std::make_unique<acl_policy>();
-            p->id = string_field(po, "ID", where);
-            if (p->id.empty()) p->id = random_uuid();
-            p->name = string_field(po, "Name", where);
-            if (p->name.empty()) throw acl_config_error(where + ": missing \"Name\"");
-            p->description = string_field(po, "Description", where);
-            try {
-                if (auto const* r = member(po, "Rules")) p->rules = acl_rules::from_json(*r);
-            } catch (acl_config_error const& e) {
-                throw acl_config_error(where + ": " + e.what());
-            }
-            if (find_policy(p->name) || find_policy(p->id))
-                throw acl_config_error(where + ": duplicate policy \"" + p->name + "\"");
-            p->create_index = p->modify_index = ++index_;
-            policies_.push_back(std::move(p));
-        }
+        for (auto const& pv : *ps) load_file_policy(pv, "ACL file: policies[" + std::to_string(i++) + "]");
     }
     if (auto const* ts = array_member(top, "tokens", "ACL file")) {
         std::size_t i = 0;
-        for (auto const& tv : *ts) {
-            std::string const where = "ACL file: tokens[" + std::to_string(i++) + "]";
-            if (!tv.is_object()) throw acl_config_error(where + " must be an object");
-            auto const& to = tv.as_object();
-            check_fields(to, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management"}, where);
-            acl_token t;
-            t.accessor_id = string_field(to, "AccessorID", where);
-            t.secret_id = string_field(to, "SecretID", where);
-            t.description = string_field(to, "Description", where);
-            if (auto const* m = member(to, "Management"); m && !m->is_null()) {
-                if (!m->is_bool()) throw acl_config_error(where + ": \"Management\" must be true or false");
-                t.management = m->as_bool();
+        for (auto const& tv : *ts) load_file_token(tv, "ACL file: tokens[" + std::to_string(i++) + "]");
+    }
+}
+
+void acl_store::load_file_policy(json::value const& pv, std::string const& where) {
+    if (!pv.is_object()) throw acl_config_error(where + " must be an object");
+    auto const& po = pv.as_object();
+    check_fields(po, {"ID", "Name", "Description", "Rules"}, where);
+    auto p = std::make_unique<acl_policy>();
+    p->id = string_field(po, "ID", where);
+    if (p->id.empty()) p->id = random_uuid();
+    p->name = string_field(po, "Name", where);
+    if (p->name.empty()) throw acl_config_error(where + ": missing \"Name\"");
+    p->description = string_field(po, "Description", where);
+    try {
+        if (auto const* r = member(po, "Rules")) p->rules = acl_rules::from_json(*r);
+    } catch (acl_config_error const& e) {
+        throw acl_config_error(where + ": " + e.what());
+    }
+    if (find_policy(p->name) || find_policy(p->id))
+        throw acl_config_error(where + ": duplicate policy \"" + p->name + "\"");
+    p->create_index = p->modify_index = ++index_;
+    policies_.push_back(std::move(p));
+}
+
+void acl_store::load_file_token(json::value const& tv, std::string const& where) {
+    if (!tv.is_object()) throw acl_config_error(where + " must be an object");
+    auto const& to = tv.as_object();
+    check_fields(to, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management"}, where);
+    acl_token t;
+    t.accessor_id = string_field(to, "AccessorID", where);
+    t.secret_id = string_field(to, "SecretID", where);
+    t.description = string_field(to, "Description", where);
+    if (auto const* m = member(to, "Management"); m && !m->is_null()) {
+        if (!m->is_bool()) throw acl_config_error(where + ": \"Management\" must be true or false");
+        t.management = m->as_bool();
+    }
+    try {
+        if (auto const* r = member(to, "Rules")) t.rules = acl_rules::from_json(*r);
+    } catch (acl_config_error const& e) {
+        throw acl_config_error(where + ": " + e.what());
+    }
+    if (auto const* links = array_member(to, "Policies", where)) {
+        for (auto const& l : *links) {
+            std::string ref;
+            if (l.is_string()) ref = std::string(l.as_string());
+            else if (l.is_object()) {
+                ref = string_field(l.as_object(), "ID", where);
+                if (ref.empty()) ref = string_field(l.as_object(), "Name", where);
             }
-            try {
-                if (auto const* r = member(to, "Rules")) t.rules = acl_rules::from_json(*r);
-            } catch (acl_config_error const& e) {
-                throw acl_config_error(where + ": " + e.what());
-            }
-            if (auto const* links = array_member(to, "Policies", where)) {
-                for (auto const& l : *links) {
-                    std::string ref;
-                    if (l.is_string()) ref = std::string(l.as_string());
-                    else if (l.is_object()) {
-                        ref = string_field(l.as_object(), "ID", where);
-                        if (ref.empty()) ref = string_field(l.as_object(), "Name", where);
-                    }
-                    auto const* p = find_policy(ref);
-                    if (!p) throw acl_config_error(where + ": no policy named \"" + ref + "\"");
-                    t.policy_ids.push_back(p->id);
-                }
-            }
-            bool const is_anonymous = t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id;
-            if (is_anonymous) {
-                // The anonymous token's rules: what requests without a token may do.
-                if (t.management) throw acl_config_error(where + ": the anonymous token cannot be a management token");
-                auto& anon = *tokens_.front();
-                anon.rules = std::move(t.rules);
-                anon.policy_ids = std::move(t.policy_ids);
-                if (!t.description.empty()) anon.description = std::move(t.description);
-                continue;
-            }
-            if (t.secret_id.empty()) throw acl_config_error(where + ": missing \"SecretID\"");
-            if (t.accessor_id.empty()) t.accessor_id = random_uuid();
-            for (auto const& other : tokens_) {
-                if (other->secret_id == t.secret_id) throw acl_config_error(where + ": duplicate SecretID");
-                if (other->accessor_id == t.accessor_id)
-                    throw acl_config_error(where + ": duplicate AccessorID \"" + t.accessor_id + "\"");
-            }
-            t.create_index = t.modify_index = ++index_;
-            tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
+            auto const* p = find_policy(ref);
+            if (!p) throw acl_config_error(where + ": no policy named \"" + ref + "\"");
+            t.policy_ids.push_back(p->id);
         }
     }
+    bool const is_anonymous = t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id;
+    if (is_anonymous) {
+        // The anonymous token's rules: what requests without a token may do.
+        if (t.management) throw acl_config_error(where + ": the anonymous token cannot be a management token");
+        auto& anon = *tokens_.front();
+        anon.rules = std::move(t.rules);
+        anon.policy_ids = std::move(t.policy_ids);
+        if (!t.description.empty()) anon.description = std::move(t.description);
+        return;
+    }
+    if (t.secret_id.empty()) throw acl_config_error(where + ": missing \"SecretID\"");
+    if (t.accessor_id.empty()) t.accessor_id = random_uuid();
+    for (auto const& other : tokens_) {
+        if (other->secret_id == t.secret_id) throw acl_config_error(where + ": duplicate SecretID");
+        if (other->accessor_id == t.accessor_id)
+            throw acl_config_error(where + ": duplicate AccessorID \"" + t.accessor_id + "\"");
+    }
+    t.create_index = t.modify_index = ++index_;
+    tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
 }
 
 std::string acl_store::request_token(request const& req) {
@@ -487,140 +460,124 @@ bool is_read_verb(std::string_view verb) {
 
 }  // namespace
 
-std::optional<response> acl_store::authorize(request const& req, state_machine& sm, acl_filter& filter) {
-    auto parsed = boost::urls::parse_origin_form(req.target());
-    if (!parsed) return std::nullopt;  // the API answers 400
-    std::string const path = parsed->path();
-    std::string_view p = path;
-    bool const is_acl = p == "/v1/acl" || p.starts_with("/v1/acl/");
-    if (!opts_.enabled) {
-        if (is_acl) return text(http::status::unauthorized, "ACL support disabled");
+namespace {
+
+// `want` on (r, name), or Consul's 403.
+std::optional<response> need(acl_authorizer const& authz, acl_resource r, acl_access want, std::string_view name) {
+    if (authz.allowed(r, name, want)) return std::nullopt;
+    return text(http::status::forbidden, authz.denied(r, want, name));
+}
+
+// The name a resource check is about; nullopt: nothing to check (the API
+// answers the request itself: 400 for a bad body, true or 404 for an
+// unknown session).
+std::optional<std::string> requirement_name(acl_requirement::name_from from, request const& req, std::string_view rest,
+                                            state_machine& sm) {
+    using name_from = acl_requirement::name_from;
+    switch (from) {
+    case name_from::none: return std::string{};
+    case name_from::path: return std::string(rest);
+    case name_from::self: return sm.config().node_name;
+    case name_from::body_node_or_self: {
+        std::string node = sm.config().node_name;
+        if (auto body = parse_body(req); body && body->is_object())
+            if (auto n = string_member(body->as_object(), "Node")) node = *n;
+        return node;
+    }
+    case name_from::body_node: {
+        auto body = parse_body(req);
+        if (!body || !body->is_object()) return std::nullopt;
+        auto node = string_member(body->as_object(), "Node");
+        if (!node || node->empty()) return std::nullopt;
+        return node;
+    }
+    case name_from::session_node:
+        if (auto const* s = sm.session_get(rest)) return s->node;
         return std::nullopt;
     }
-    if (p.starts_with("/v1/status/")) return std::nullopt;  // Consul checks no ACL there
+    return std::nullopt;
+}
+
+std::optional<response> check_resource(acl_requirement const& need_, request const& req, std::string_view rest,
+                                       state_machine& sm, acl_authorizer const& authz) {
+    auto name = requirement_name(need_.name, req, rest, sm);
+    if (!name) return std::nullopt;
+    if (need_.whole_prefix) {
+        if (authz.key_write_prefix(*name)) return std::nullopt;
+        return text(http::status::forbidden, authz.denied(need_.resource, need_.access, *name));
+    }
+    return need(authz, need_.resource, need_.access, *name);
+}
+
+// Every KV operation of a PUT /v1/txn, as Consul's Txn.preCheck does: 409
+// with one error per refused operation.
+std::optional<response> check_txn(request const& req, acl_authorizer const& authz) {
+    auto body = parse_body(req);
+    if (!body || !body->is_array()) return std::nullopt;  // the API answers
+    json::array errors;
+    std::size_t i = 0;
+    for (auto const& item : body->as_array()) {
+        std::size_t const op_index = i++;
+        if (!item.is_object()) continue;
+        auto const* kv = member(item.as_object(), "KV");
+        if (!kv || !kv->is_object()) continue;
+        std::string const verb = string_member(kv->as_object(), "Verb").value_or("");
+        std::string const key = string_member(kv->as_object(), "Key").value_or("");
+        bool ok = false;
+        acl_access want = acl_access::write;
+        if (is_read_verb(verb)) {
+            want = acl_access::read;
+            ok = authz.allowed(acl_resource::key, key, want);
+        } else if (verb == "delete-tree") {
+            ok = authz.key_write_prefix(key);
+        } else {
+            ok = authz.allowed(acl_resource::key, key, want);
+        }
+        if (!ok)
+            errors.emplace_back(
+                json::object{{"OpIndex", op_index}, {"What", authz.denied(acl_resource::key, want, key)}});
+    }
+    if (errors.empty()) return std::nullopt;
+    return json_answer(http::status::conflict, json::object{{"Results", nullptr}, {"Errors", std::move(errors)}});
+}
+
+}  // namespace
+
+// Anything the route table knows no rule for (unknown paths, endpoints added
+// later) needs a management token unless the default policy allows everything.
+std::optional<response> acl_store::check_operator(acl_authorizer const& authz) const {
+    if (authz.management() || opts_.default_policy == acl_access::write) return std::nullopt;
+    return text(http::status::forbidden, "Permission denied: token with AccessorID '" + authz.accessor_id() +
+                                             "' lacks permission 'operator:write'");
+}
+
+std::optional<response> acl_store::authorize(request const& req, route const& r, state_machine& sm,
+                                             acl_filter& filter) {
+    using check = acl_requirement::check;
+    auto const& need_ = r.acl;
+    if (!opts_.enabled) {
+        if (need_.what == check::acl_api) return text(http::status::unauthorized, "ACL support disabled");
+        return std::nullopt;
+    }
+    if (need_.what == check::exempt) return std::nullopt;  // Consul checks no ACL there
 
     acl_token const* token = find_secret(request_token(req));
     if (!token) return text(http::status::forbidden, "ACL not found");
-    if (is_acl) return acl_endpoint(req, p.size() > 8 ? p.substr(8) : std::string_view{}, token, sm);
+    if (need_.what == check::acl_api) return acl_endpoint(req, r.rest, token);
 
     auto authz = authorizer_for(*token);
     filter.authz = authz;
-    auto need = [&](acl_resource r, acl_access a, std::string_view name) -> std::optional<response> {
-        if (authz->allowed(r, name, a)) return std::nullopt;
-        return text(http::status::forbidden, authz->denied(r, a, name));
-    };
-    auto const method = req.method();
-    bool const reading = method == http::verb::get || method == http::verb::head || method == http::verb::options;
-    auto params = parsed->params();
-    std::string const& self = sm.config().node_name;
-
-    // ---- KV ----
-    if (p == "/v1/kv" || p.starts_with("/v1/kv/")) {
-        std::string_view const key = p.size() > 7 ? p.substr(7) : std::string_view{};
-        if (reading) {
-            if (params.contains("keys")) {
-                filter.what = acl_filter::kind::kv_keys;
-                return std::nullopt;
-            }
-            if (params.contains("recurse")) {
-                filter.what = acl_filter::kind::kv_entries;
-                return std::nullopt;
-            }
-            return need(acl_resource::key, acl_access::read, key);
-        }
-        if (method == http::verb::delete_ && params.contains("recurse")) {
-            if (authz->key_write_prefix(key)) return std::nullopt;
-            return text(http::status::forbidden, authz->denied(acl_resource::key, acl_access::write, key));
-        }
-        return need(acl_resource::key, acl_access::write, key);
+    filter.what = need_.filter;
+    switch (need_.what) {
+    case check::exempt:
+    case check::acl_api:
+    case check::none:
+    case check::list: return std::nullopt;
+    case check::resource: return check_resource(need_, req, r.rest, sm, *authz);
+    case check::txn: return check_txn(req, *authz);
+    case check::operator_write: break;
     }
-
-    // ---- txn: every operation, as Consul's Txn.preCheck does ----
-    if (p == "/v1/txn") {
-        filter.what = acl_filter::kind::txn_results;
-        auto body = parse_body(req);
-        if (method != http::verb::put || !body || !body->is_array()) return std::nullopt;  // the API answers
-        json::array errors;
-        std::size_t i = 0;
-        for (auto const& item : body->as_array()) {
-            std::size_t const op_index = i++;
-            if (!item.is_object()) continue;
-            auto const* kv = member(item.as_object(), "KV");
-            if (!kv || !kv->is_object()) continue;
-            std::string const verb = string_member(kv->as_object(), "Verb").value_or("");
-            std::string const key = string_member(kv->as_object(), "Key").value_or("");
-            bool ok = false;
-            acl_access want = acl_access::write;
-            if (is_read_verb(verb)) {
-                want = acl_access::read;
-                ok = authz->allowed(acl_resource::key, key, want);
-            } else if (verb == "delete-tree") {
-                ok = authz->key_write_prefix(key);
-            } else {
-                ok = authz->allowed(acl_resource::key, key, want);
-            }
-            if (!ok)
-                errors.emplace_back(json::object{{"OpIndex", op_index},
-                                                 {"What", authz->denied(acl_resource::key, want, key)}});
-        }
-        if (errors.empty()) return std::nullopt;
-        return json_answer(http::status::conflict, json::object{{"Results", nullptr}, {"Errors", std::move(errors)}});
-    }
-
-    // ---- sessions: by the node they belong to ----
-    if (p.starts_with("/v1/session/")) {
-        std::string_view const rest = p.substr(12);
-        if (rest == "create") {
-            if (method != http::verb::put) return std::nullopt;
-            std::string node = self;
-            if (auto body = parse_body(req); body && body->is_object())
-                if (auto n = string_member(body->as_object(), "Node")) node = *n;
-            return need(acl_resource::session, acl_access::write, node);
-        }
-        for (std::string_view verb : {"destroy/", "renew/"}) {
-            if (!rest.starts_with(verb)) continue;
-            if (auto const* s = sm.session_get(rest.substr(verb.size())))
-                return need(acl_resource::session, acl_access::write, s->node);
-            return std::nullopt;  // unknown: nothing to protect (destroy true, renew 404)
-        }
-        filter.what = acl_filter::kind::sessions;  // info, list, node
-        return std::nullopt;
-    }
-
-    // ---- agent ----
-    if (p.starts_with("/v1/agent/")) {
-        std::string_view const rest = p.substr(10);
-        if (rest == "checks") {
-            filter.what = acl_filter::kind::checks_object;
-            return std::nullopt;
-        }
-        if (rest.starts_with("check/")) return need(acl_resource::node, acl_access::write, self);
-        // self, metrics and whatever else the agent serves about itself.
-        return need(acl_resource::agent, reading ? acl_access::read : acl_access::write, self);
-    }
-
-    // ---- catalog, health ----
-    if (p == "/v1/catalog/register" || p == "/v1/catalog/deregister") {
-        auto body = parse_body(req);
-        if (!body || !body->is_object()) return std::nullopt;  // the API answers 400
-        auto node = string_member(body->as_object(), "Node");
-        if (!node || node->empty()) return std::nullopt;
-        return need(acl_resource::node, acl_access::write, *node);
-    }
-    if (p == "/v1/catalog/nodes") {
-        filter.what = acl_filter::kind::nodes;
-        return std::nullopt;
-    }
-    if (p.starts_with("/v1/health/node/")) {
-        filter.what = acl_filter::kind::checks_array;
-        return std::nullopt;
-    }
-
-    // Anything else (unknown paths, endpoints added later) needs a management
-    // token unless the default policy allows everything.
-    if (authz->management() || opts_.default_policy == acl_access::write) return std::nullopt;
-    return text(http::status::forbidden, "Permission denied: token with AccessorID '" + authz->accessor_id() +
-                                             "' lacks permission 'operator:write'");
+    return check_operator(*authz);
 }
 
 // ---- apply: filter list answers ------------------------------------------------------
@@ -736,146 +693,176 @@ json::object render_policy(acl_policy const& p) {
 
 }  // namespace
 
-std::optional<response> acl_store::acl_endpoint(request const& req, std::string_view rest, acl_token const* caller,
-                                                 state_machine&) {
-    auto authz = authorizer_for(*caller);
-    auto const method = req.method();
-    auto need = [&](acl_access a) -> std::optional<response> {
-        if (authz->allowed(acl_resource::acl, "", a)) return std::nullopt;
-        return text(http::status::forbidden, authz->denied(acl_resource::acl, a, ""));
-    };
-    auto method_not_allowed = [&](std::string_view allow) {
-        response r = text(http::status::method_not_allowed, "method " + std::string(req.method_string()) + " not allowed");
-        r.set(http::field::allow, allow);
-        return r;
-    };
-    auto answer = [&](json::value const& v) {
-        response r = json_answer(http::status::ok, v);
-        if (method == http::verb::get) r.set("X-Consul-Index", std::to_string(index_));
-        return r;
-    };
-    auto policies_of = [&](acl_token const& t) {
-        std::vector<acl_policy const*> out;
-        for (auto const& id : t.policy_ids)
-            if (auto const* p = find_policy(id)) out.push_back(p);
-        return out;
-    };
-    auto bad = [](std::string m) { return text(http::status::bad_request, std::move(m)); };
+namespace {
 
+std::optional<response> acl_denied_unless(acl_authorizer const& authz, acl_access a) {
+    if (authz.allowed(acl_resource::acl, "", a)) return std::nullopt;
+    return text(http::status::forbidden, authz.denied(acl_resource::acl, a, ""));
+}
+
+response method_not_allowed(request const& req, std::string_view allow) {
+    response r = text(http::status::method_not_allowed, "method " + std::string(req.method_string()) + " not allowed");
+    r.set(http::field::allow, allow);
+    return r;
+}
+
+response bad_request(std::string m) { return text(http::status::bad_request, std::move(m)); }
+
+// The method check, then the ACL check, every /v1/acl endpoint starts with.
+std::optional<response> acl_prologue(request const& req, acl_authorizer const& authz, http::verb method,
+                                     std::string_view allow, acl_access want) {
+    if (req.method() != method) return method_not_allowed(req, allow);
+    return acl_denied_unless(authz, want);
+}
+
+}  // namespace
+
+response acl_store::answer(request const& req, json::value const& v) const {
+    response r = json_answer(http::status::ok, v);
+    if (req.method() == http::verb::get) r.set("X-Consul-Index", std::to_string(index_));
+    return r;
+}
+
+std::vector<acl_policy const*> acl_store::policies_of(acl_token const& t) const {
+    std::vector<acl_policy const*> out;
+    for (auto const& id : t.policy_ids)
+        if (auto const* p = find_policy(id)) out.push_back(p);
+    return out;
+}
+
+// The body of PUT /v1/acl/token; throws acl_config_error with the 400's text.
+acl_token acl_store::decode_token(json::object const& o) const {
+    std::string const where = "Request decode failed";
+    check_fields(o, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management", "Local"}, where);
+    acl_token t;
+    t.accessor_id = string_field(o, "AccessorID", where);
+    t.secret_id = string_field(o, "SecretID", where);
+    t.description = string_field(o, "Description", where);
+    if (auto const* m = member(o, "Management"); m && m->is_bool()) t.management = m->as_bool();
+    if (auto const* r = member(o, "Rules")) t.rules = acl_rules::from_json(*r);
+    if (auto const* links = array_member(o, "Policies", where)) {
+        for (auto const& l : *links) {
+            std::string id, name;
+            if (l.is_object()) {
+                id = string_field(l.as_object(), "ID", where);
+                name = string_field(l.as_object(), "Name", where);
+            }
+            auto const* p = find_policy(!id.empty() ? id : name);
+            if (!p)
+                throw acl_config_error("No such ACL policy with " + (!id.empty() ? "ID \"" + id : "name \"" + name) +
+                                       "\"");
+            t.policy_ids.push_back(p->id);
+        }
+    }
+    return t;
+}
+
+response acl_store::token_create(request const& req) {
+    auto body = parse_body(req);
+    if (!body || !body->is_object()) return bad_request("Request decode failed: the body must be a JSON object");
+    acl_token t;
+    try {
+        t = decode_token(body->as_object());
+    } catch (acl_config_error const& e) {
+        return bad_request(e.what());
+    }
+    if (t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id)
+        return bad_request("Cannot create a token with the anonymous token's IDs");
+    if (t.accessor_id.empty()) t.accessor_id = random_uuid();
+    if (t.secret_id.empty()) t.secret_id = random_uuid();
+    for (auto const& other : tokens_) {
+        if (other->accessor_id == t.accessor_id) return bad_request("Invalid Token: AccessorID is already in use");
+        if (other->secret_id == t.secret_id) return bad_request("Invalid Token: SecretID is already in use");
+    }
+    t.create_index = t.modify_index = ++index_;
+    tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
+    auto const& created = *tokens_.back();
+    return answer(req, render_token(created, policies_of(created), true));
+}
+
+// GET and DELETE /v1/acl/token/<accessor ID>.
+response acl_store::token_by_id(request const& req, std::string_view id, acl_token const* caller,
+                                acl_authorizer const& authz) {
+    auto it = std::find_if(tokens_.begin(), tokens_.end(), [&](auto const& t) { return t->accessor_id == id; });
+    if (req.method() == http::verb::get) {
+        if (auto r = acl_denied_unless(authz, acl_access::read)) return std::move(*r);
+        if (it == tokens_.end()) return text(http::status::forbidden, "ACL not found");
+        bool const show = authz.allowed(acl_resource::acl, "", acl_access::write);
+        return answer(req, render_token(**it, policies_of(**it), show));
+    }
+    if (req.method() == http::verb::delete_) {
+        if (auto r = acl_denied_unless(authz, acl_access::write)) return std::move(*r);
+        if (it == tokens_.end()) return answer(req, json::value(true));
+        if ((*it)->accessor_id == anonymous_accessor_id)
+            return bad_request("Delete of the anonymous token is not allowed");
+        if (it->get() == caller) return bad_request("Deletion of the request's authorization token is not permitted");
+        tokens_.erase(it);
+        ++index_;
+        return answer(req, json::value(true));
+    }
+    return method_not_allowed(req, "OPTIONS,GET,DELETE");
+}
+
+response acl_store::policy_create(request const& req) {
+    auto body = parse_body(req);
+    if (!body || !body->is_object()) return bad_request("Request decode failed: the body must be a JSON object");
+    acl_policy pol;
+    try {
+        auto const& o = body->as_object();
+        std::string const where = "Request decode failed";
+        check_fields(o, {"ID", "Name", "Description", "Rules", "Datacenters"}, where);
+        pol.name = string_field(o, "Name", where);
+        pol.description = string_field(o, "Description", where);
+        if (auto const* r = member(o, "Rules")) pol.rules = acl_rules::from_json(*r);
+    } catch (acl_config_error const& e) {
+        return bad_request(e.what());
+    }
+    if (pol.name.empty()) return bad_request("Invalid Policy: no Name is set");
+    if (find_policy(pol.name))
+        return bad_request("Invalid Policy: A Policy with Name \"" + pol.name + "\" already exists");
+    pol.id = random_uuid();
+    pol.create_index = pol.modify_index = ++index_;
+    policies_.push_back(std::make_unique<acl_policy>(std::move(pol)));
+    return answer(req, render_policy(*policies_.back()));
+}
+
+std::optional<response> acl_store::acl_endpoint(request const& req, std::string_view rest, acl_token const* caller) {
+    auto authz = authorizer_for(*caller);
+    auto const get = http::verb::get;
+    auto const put = http::verb::put;
     if (rest == "token/self") {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
+        if (req.method() != get) return method_not_allowed(req, "OPTIONS,GET");
         if (request_token(req).empty()) return text(http::status::forbidden, "ACL not found");
-        return answer(render_token(*caller, policies_of(*caller), true));
+        return answer(req, render_token(*caller, policies_of(*caller), true));
     }
     if (rest == "token") {
-        if (method != http::verb::put) return method_not_allowed("OPTIONS,PUT");
-        if (auto r = need(acl_access::write)) return r;
-        auto body = parse_body(req);
-        if (!body || !body->is_object()) return bad("Request decode failed: the body must be a JSON object");
-        acl_token t;
-        try {
-            auto const& o = body->as_object();
-            std::string const where = "Request decode failed";
-            check_fields(o, {"AccessorID", "SecretID", "Description", "Policies", "Rules", "Management", "Local"},
-                         where);
-            t.accessor_id = string_field(o, "AccessorID", where);
-            t.secret_id = string_field(o, "SecretID", where);
-            t.description = string_field(o, "Description", where);
-            if (auto const* m = member(o, "Management"); m && m->is_bool()) t.management = m->as_bool();
-            if (auto const* r = member(o, "Rules")) t.rules = acl_rules::from_json(*r);
-            if (auto const* links = array_member(o, "Policies", where)) {
-                for (auto const& l : *links) {
-                    std::string id, name;
-                    if (l.is_object()) {
-                        id = string_field(l.as_object(), "ID", where);
-                        name = string_field(l.as_object(), "Name", where);
-                    }
-                    auto const* p = find_policy(!id.empty() ? id : name);
-                    if (!p) return bad("No such ACL policy with " + (!id.empty() ? "ID \"" + id : "name \"" + name) + "\"");
-                    t.policy_ids.push_back(p->id);
-                }
-            }
-        } catch (acl_config_error const& e) {
-            return bad(e.what());
-        }
-        if (t.secret_id == anonymous_secret_id || t.accessor_id == anonymous_accessor_id)
-            return bad("Cannot create a token with the anonymous token's IDs");
-        if (t.accessor_id.empty()) t.accessor_id = random_uuid();
-        if (t.secret_id.empty()) t.secret_id = random_uuid();
-        for (auto const& other : tokens_) {
-            if (other->accessor_id == t.accessor_id) return bad("Invalid Token: AccessorID is already in use");
-            if (other->secret_id == t.secret_id) return bad("Invalid Token: SecretID is already in use");
-        }
-        t.create_index = t.modify_index = ++index_;
-        tokens_.push_back(std::make_unique<acl_token>(std::move(t)));
-        auto const& created = *tokens_.back();
-        return answer(render_token(created, policies_of(created), true));
+        if (auto r = acl_prologue(req, *authz, put, "OPTIONS,PUT", acl_access::write)) return r;
+        return token_create(req);
     }
-    if (rest.starts_with("token/")) {
-        std::string_view const id = rest.substr(6);
-        auto it = std::find_if(tokens_.begin(), tokens_.end(), [&](auto const& t) { return t->accessor_id == id; });
-        if (method == http::verb::get) {
-            if (auto r = need(acl_access::read)) return r;
-            if (it == tokens_.end()) return text(http::status::forbidden, "ACL not found");
-            bool const show = authz->allowed(acl_resource::acl, "", acl_access::write);
-            return answer(render_token(**it, policies_of(**it), show));
-        }
-        if (method == http::verb::delete_) {
-            if (auto r = need(acl_access::write)) return r;
-            if (it == tokens_.end()) return answer(json::value(true));
-            if ((*it)->accessor_id == anonymous_accessor_id) return bad("Delete of the anonymous token is not allowed");
-            if (it->get() == caller) return bad("Deletion of the request's authorization token is not permitted");
-            tokens_.erase(it);
-            ++index_;
-            return answer(json::value(true));
-        }
-        return method_not_allowed("OPTIONS,GET,DELETE");
-    }
+    if (rest.starts_with("token/")) return token_by_id(req, rest.substr(6), caller, *authz);
     if (rest == "tokens") {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
-        if (auto r = need(acl_access::read)) return r;
+        if (auto r = acl_prologue(req, *authz, get, "OPTIONS,GET", acl_access::read)) return r;
         json::array a;
         for (auto const& t : tokens_) a.emplace_back(render_token(*t, policies_of(*t), false));
-        return answer(a);
+        return answer(req, a);
     }
     if (rest == "policy") {
-        if (method != http::verb::put) return method_not_allowed("OPTIONS,PUT");
-        if (auto r = need(acl_access::write)) return r;
-        auto body = parse_body(req);
-        if (!body || !body->is_object()) return bad("Request decode failed: the body must be a JSON object");
-        acl_policy pol;
-        try {
-            auto const& o = body->as_object();
-            std::string const where = "Request decode failed";
-            check_fields(o, {"ID", "Name", "Description", "Rules", "Datacenters"}, where);
-            pol.name = string_field(o, "Name", where);
-            pol.description = string_field(o, "Description", where);
-            if (auto const* r = member(o, "Rules")) pol.rules = acl_rules::from_json(*r);
-        } catch (acl_config_error const& e) {
-            return bad(e.what());
-        }
-        if (pol.name.empty()) return bad("Invalid Policy: no Name is set");
-        if (find_policy(pol.name)) return bad("Invalid Policy: A Policy with Name \"" + pol.name + "\" already exists");
-        pol.id = random_uuid();
-        pol.create_index = pol.modify_index = ++index_;
-        policies_.push_back(std::make_unique<acl_policy>(std::move(pol)));
-        return answer(render_policy(*policies_.back()));
+        if (auto r = acl_prologue(req, *authz, put, "OPTIONS,PUT", acl_access::write)) return r;
+        return policy_create(req);
     }
     if (rest.starts_with("policy/")) {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
-        if (auto r = need(acl_access::read)) return r;
+        if (auto r = acl_prologue(req, *authz, get, "OPTIONS,GET", acl_access::read)) return r;
         std::string_view ref = rest.substr(7);
         if (ref.starts_with("name/")) ref.remove_prefix(5);
         auto const* pol = find_policy(ref);
         if (!pol) return text(http::status::forbidden, "ACL not found");
-        return answer(render_policy(*pol));
+        return answer(req, render_policy(*pol));
     }
     if (rest == "policies") {
-        if (method != http::verb::get) return method_not_allowed("OPTIONS,GET");
-        if (auto r = need(acl_access::read)) return r;
+        if (auto r = acl_prologue(req, *authz, get, "OPTIONS,GET", acl_access::read)) return r;
         json::array a;
         for (auto const& pol : policies_) a.emplace_back(render_policy(*pol));
-        return answer(a);
+        return answer(req, a);
     }
     return text(http::status::not_found, "404 page not found\n");
 }

@@ -141,6 +141,9 @@ struct acl_filter {
     std::shared_ptr<acl_authorizer const> authz;
 };
 
+struct route;            // router.hpp
+struct acl_requirement;  // router.hpp
+
 class acl_store {
 public:
     // Throws acl_config_error for a bad file or bootstrap token.
@@ -157,18 +160,30 @@ public:
     acl_token const* find_secret(std::string_view secret) const;
     std::shared_ptr<acl_authorizer const> authorizer_for(acl_token const& t) const;
 
-    // Before the API handles `req`: a refusal (403), or an answer to a
-    // /v1/acl/ endpoint, or nothing (go on; `filter` then says what to strip
-    // from the response). With ACLs disabled only /v1/acl/ is answered (401).
-    std::optional<response> authorize(request const& req, state_machine& sm, acl_filter& filter);
+    // Before the API handles `req` (routed as `r`, router.hpp): a refusal
+    // (403), or an answer to a /v1/acl/ endpoint, or nothing (go on; `filter`
+    // then says what to strip from the response). With ACLs disabled only
+    // /v1/acl/ is answered (401).
+    std::optional<response> authorize(request const& req, route const& r, state_machine& sm, acl_filter& filter);
     // After the API answered: drops what the token may not read.
     static void apply(acl_filter const& filter, response& res);
 
     std::size_t token_count() const noexcept { return tokens_.size(); }
 
 private:
-    std::optional<response> acl_endpoint(request const& req, std::string_view rest, acl_token const* caller,
-                                         state_machine& sm);
+    std::optional<response> acl_endpoint(request const& req, std::string_view rest, acl_token const* caller);
+    std::optional<response> check_operator(acl_authorizer const& authz) const;
+    // The /v1/acl endpoints' pieces (acl_endpoint dispatches to them).
+    response answer(request const& req, boost::json::value const& v) const;
+    std::vector<acl_policy const*> policies_of(acl_token const& t) const;
+    acl_token decode_token(boost::json::object const& o) const;
+    response token_create(request const& req);
+    response token_by_id(request const& req, std::string_view id, acl_token const* caller,
+                         acl_authorizer const& authz);
+    response policy_create(request const& req);
+    // The ACL file's entries (the constructor reads the file).
+    void load_file_policy(boost::json::value const& v, std::string const& where);
+    void load_file_token(boost::json::value const& v, std::string const& where);
     acl_rules effective_rules(acl_token const& t) const;
     acl_policy const* find_policy(std::string_view id_or_name) const;
 

@@ -6,6 +6,8 @@
 #include "agent/acl.hpp"
 #include "agent/http_api.hpp"
 #include "agent/metrics.hpp"
+#include "agent/reply.hpp"
+#include "agent/router.hpp"
 #include "net/duration.hpp"
 #include "net/wire.hpp"
 
@@ -25,18 +27,10 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr std::string_view text_plain = "text/plain; charset=utf-8";
-constexpr std::string_view app_json = "application/json";
 constexpr std::string_view consul_version = "1.22.0";
 constexpr std::size_t max_txn_ops = 64;
 
 // ---- small helpers ----------------------------------------------------------
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
 
 // Go's strconv error text, which Consul passes through as a 500 body.
 std::string strconv_error(std::string_view s) {
@@ -44,30 +38,13 @@ std::string strconv_error(std::string_view s) {
     return "strconv.ParseUint: parsing \"" + std::string(s) + "\": " + (digits ? "value out of range" : "invalid syntax");
 }
 
-response make_response(http::status status, std::string body, std::string_view content_type) {
-    response res{status, 11};
-    if (!content_type.empty()) res.set(http::field::content_type, content_type);
-    res.body() = std::move(body);
-    return res;
-}
-
-response text(http::status status, std::string body) { return make_response(status, std::move(body), text_plain); }
-
-response json_response(json::value const& v) { return make_response(http::status::ok, json::serialize(v), app_json); }
+response json_response(json::value const& v) { return json_answer(http::status::ok, v); }
 
 // Consul's query meta headers: on every GET, including 404s.
 void set_meta(response& res, std::uint64_t index) {
     res.set("X-Consul-Index", std::to_string(std::max<std::uint64_t>(index, 1)));
     res.set("X-Consul-KnownLeader", "true");
     res.set("X-Consul-LastContact", "0");
-}
-
-// Finds a member by case-insensitive name, as Go's encoding/json does.
-json::value const* member(json::object const& o, std::string_view name) {
-    if (auto const* v = o.if_contains(name)) return v;
-    for (auto const& kv : o)
-        if (iequals(kv.key(), name)) return &kv.value();
-    return nullptr;
 }
 
 struct decode_error {
@@ -150,6 +127,12 @@ json::object render_kv(kv_entry const& e, json::storage_ptr sp = {}) {
     return o;
 }
 
+json::array string_array(std::vector<std::string> const& v) {
+    json::array a;
+    for (auto const& s : v) a.emplace_back(s);
+    return a;
+}
+
 json::object render_session(session_entry const& s) {
     json::object o;
     o["ID"] = s.id;
@@ -158,9 +141,7 @@ json::object render_session(session_entry const& s) {
     o["LockDelay"] = s.lock_delay_ns;  // integer nanoseconds: Go decodes a time.Duration
     o["Behavior"] = s.behavior == session_behavior::release ? "release" : "delete";
     o["TTL"] = s.ttl;
-    json::array nc;
-    for (auto const& c : s.node_checks) nc.emplace_back(c);
-    o["NodeChecks"] = std::move(nc);
+    o["NodeChecks"] = string_array(s.node_checks);
     if (s.service_checks.empty()) {
         o["ServiceChecks"] = nullptr;
     } else {
@@ -168,11 +149,7 @@ json::object render_session(session_entry const& s) {
         for (auto const& c : s.service_checks) sc.emplace_back(json::object{{"ID", c.id}, {"Namespace", c.ns}});
         o["ServiceChecks"] = std::move(sc);
     }
-    if (!s.checks.empty()) {
-        json::array c;
-        for (auto const& id : s.checks) c.emplace_back(id);
-        o["Checks"] = std::move(c);
-    }
+    if (!s.checks.empty()) o["Checks"] = string_array(s.checks);
     o["CreateIndex"] = s.create_index;
     o["ModifyIndex"] = s.modify_index;
     return o;
@@ -219,7 +196,6 @@ json::object render_node(node_entry const& n) {
 
 struct query {
     boost::urls::url_view url;
-    std::string path;
 
     bool has(std::string_view name) const { return url.params().contains(name); }
     std::string get(std::string_view name) const {
@@ -280,9 +256,9 @@ namespace {
 
 class handler {
 public:
-    handler(state_machine& sm, request const& req, time_point now, blocking_state& bs,
-            agent_metrics const* metrics = nullptr, api_limits const* limits = nullptr)
-        : sm_(sm), req_(req), now_(now), bs_(bs), metrics_(metrics), limits_(limits) {}
+    handler(state_machine& sm, request const& req, boost::urls::url_view url, route const& r, time_point now,
+            blocking_state& bs, agent_metrics const* metrics = nullptr, api_limits const* limits = nullptr)
+        : sm_(sm), req_(req), route_(r), now_(now), bs_(bs), metrics_(metrics), limits_(limits), q_{url} {}
 
     api_outcome run();
 
@@ -361,21 +337,34 @@ private:
         return std::nullopt;
     }
 
+    api_outcome dispatch();
     api_outcome kv();
     api_outcome kv_get(std::string const& key);
     api_outcome kv_put(std::string const& key);
     api_outcome kv_delete(std::string const& key);
     api_outcome txn();
-    api_outcome session(std::string_view rest);
-    api_outcome agent(std::string_view rest);
-    api_outcome catalog(std::string_view rest);
-    api_outcome health(std::string_view rest);
+    api_outcome session_create();
+    api_outcome session_destroy(std::string const& id);
+    api_outcome session_renew(std::string const& id);
+    api_outcome session_list(api_endpoint which, std::string const& arg);
+    api_outcome agent_self();
+    api_outcome agent_metrics_answer();
+    api_outcome agent_checks();
+    api_outcome check_register();
+    api_outcome check_mark(std::string const& id, std::string_view status);
+    api_outcome check_update(std::string const& id);
+    api_outcome check_deregister(std::string const& id);
+    api_outcome catalog_register(bool deregister);
+    api_outcome catalog_nodes();
+    api_outcome health_node(std::string const& node);
     api_outcome status(std::string_view rest);
 
     static api_outcome done(response r) { return {std::move(r), std::nullopt}; }
+    static response not_found() { return text(http::status::not_found, "404 page not found\n"); }
 
     state_machine& sm_;
     request const& req_;
+    route const& route_;
     time_point now_;
     blocking_state& bs_;
     agent_metrics const* metrics_;
@@ -384,34 +373,46 @@ private:
 };
 
 api_outcome handler::run() {
-    auto parsed = boost::urls::parse_origin_form(req_.target());
-    if (!parsed) return done(text(http::status::bad_request, "Invalid request target"));
-    q_.url = *parsed;
-    q_.path = std::string(q_.url.path());
     if (auto bad = check_enterprise_and_dc()) return done(std::move(*bad));
+    return dispatch();
+}
 
-    std::string_view p = q_.path;
-    auto strip = [&](std::string_view prefix) {
-        if (!p.starts_with(prefix)) return false;
-        p.remove_prefix(prefix.size());
-        return true;
-    };
-    if (strip("/v1/kv/")) return kv();
-    if (p == "/v1/kv") return kv();
-    if (p == "/v1/txn") return txn();
-    if (strip("/v1/session/")) return session(p);
-    if (strip("/v1/agent/")) return agent(p);
-    if (strip("/v1/catalog/")) return catalog(p);
-    if (strip("/v1/health/")) return health(p);
-    if (strip("/v1/status/")) return status(p);
-    return done(text(http::status::not_found, "404 page not found\n"));
+api_outcome handler::dispatch() {
+    std::string const rest(route_.rest);
+    switch (route_.endpoint) {
+    case api_endpoint::kv: return kv();
+    case api_endpoint::txn: return txn();
+    case api_endpoint::session_create: return session_create();
+    case api_endpoint::session_destroy: return session_destroy(rest);
+    case api_endpoint::session_renew: return session_renew(rest);
+    case api_endpoint::session_info:
+    case api_endpoint::session_list:
+    case api_endpoint::session_node: return session_list(route_.endpoint, rest);
+    case api_endpoint::agent_self: return agent_self();
+    case api_endpoint::agent_metrics: return agent_metrics_answer();
+    case api_endpoint::agent_checks: return agent_checks();
+    case api_endpoint::agent_check_register: return check_register();
+    case api_endpoint::agent_check_pass: return check_mark(rest, check_passing);
+    case api_endpoint::agent_check_warn: return check_mark(rest, check_warning);
+    case api_endpoint::agent_check_fail: return check_mark(rest, check_critical);
+    case api_endpoint::agent_check_update: return check_update(rest);
+    case api_endpoint::agent_check_deregister: return check_deregister(rest);
+    case api_endpoint::catalog_register: return catalog_register(false);
+    case api_endpoint::catalog_deregister: return catalog_register(true);
+    case api_endpoint::catalog_nodes: return catalog_nodes();
+    case api_endpoint::health_node: return health_node(rest);
+    case api_endpoint::status: return status(route_.rest);
+    case api_endpoint::acl:  // answered by the ACL store, when there is one
+    case api_endpoint::not_found: break;
+    }
+    return done(not_found());
 }
 
 // ---- KV -----------------------------------------------------------------------------
 
 api_outcome handler::kv() {
     if (auto r = check_method({http::verb::get, http::verb::put, http::verb::delete_})) return done(std::move(*r));
-    std::string key = q_.path.size() > 7 ? q_.path.substr(7) : std::string{};
+    std::string const key(route_.rest);
     switch (req_.method()) {
     case http::verb::get: return kv_get(key);
     case http::verb::put: return kv_put(key);
@@ -616,217 +617,227 @@ api_outcome handler::txn() {
 
 // ---- sessions -----------------------------------------------------------------------
 
-api_outcome handler::session(std::string_view rest) {
-    auto split = [&](std::string_view name) -> std::optional<std::string> {
-        if (rest == name) return std::string{};
-        if (rest.starts_with(name) && rest.size() > name.size() && rest[name.size()] == '/')
-            return std::string(rest.substr(name.size() + 1));
-        return std::nullopt;
-    };
+namespace {
 
-    if (rest == "create") {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        session_create_request sr;
-        if (!req_.body().empty()) {
-            try {
-                json::value v = parse_json(req_.body());
-                auto const& o = as_object(v, "structs.Session");
-                sr.name = get_string(o, "Name");
-                sr.node = get_string(o, "Node");
-                sr.behavior = get_string(o, "Behavior");
-                sr.ttl = get_string(o, "TTL");
-                sr.checks = get_string_array(o, "Checks");
-                sr.node_checks = get_string_array(o, "NodeChecks");
-                if (auto const* sc = member(o, "ServiceChecks"); sc && !sc->is_null()) {
-                    if (!sc->is_array()) type_error(*sc, "ServiceChecks", "[]structs.ServiceCheck");
-                    std::vector<service_check_ref> refs;
-                    for (auto const& e : sc->as_array()) {
-                        auto const& so = as_object(e, "structs.ServiceCheck");
-                        refs.push_back({get_string(so, "ID").value_or(""), get_string(so, "Namespace").value_or("")});
-                    }
-                    sr.service_checks = std::move(refs);
-                }
-                // LockDelay: a duration string or a number of nanoseconds; below
-                // 1000 it means seconds (structs.go lockDelayMinThreshold).
-                if (auto const* ld = member(o, "LockDelay"); ld && !ld->is_null()) {
-                    std::int64_t ns = 0;
-                    if (ld->is_string()) {
-                        auto d = parse_go_duration(ld->as_string());
-                        if (!d.value) throw decode_error{d.error};
-                        ns = d.value->count();
-                    } else if (ld->is_int64()) {
-                        ns = ld->as_int64();
-                    } else if (ld->is_number()) {
-                        // A double (or a uint64 past int64) must fit a Go duration;
-                        // casting one that does not is undefined (found by fuzz_agent_http).
-                        double const d = ld->to_number<double>();
-                        if (!(d >= -9.2e18 && d <= 9.2e18))
-                            throw decode_error{"LockDelay out of range for time.Duration"};
-                        ns = static_cast<std::int64_t>(d);
-                    } else {
-                        type_error(*ld, "LockDelay", "time.Duration");
-                    }
-                    if (ns < 0) throw decode_error{"LockDelay must not be negative"};
-                    if (ns < 1000) ns *= 1'000'000'000;
-                    sr.lock_delay_ns = ns;
-                }
-            } catch (decode_error const& e) {
-                return done(text(http::status::bad_request, "Request decode failed: " + e.message));
-            } catch (std::exception const& e) {
-                return done(text(http::status::bad_request, std::string("Request decode failed: ") + e.what()));
-            }
+// LockDelay: a duration string or a number of nanoseconds; below 1000 it
+// means seconds (structs.go lockDelayMinThreshold).
+std::int64_t decode_lock_delay(json::value const& ld) {
+    std::int64_t ns = 0;
+    if (ld.is_string()) {
+        auto d = parse_go_duration(ld.as_string());
+        if (!d.value) throw decode_error{d.error};
+        ns = d.value->count();
+    } else if (ld.is_int64()) {
+        ns = ld.as_int64();
+    } else if (ld.is_number()) {
+        // A double (or a uint64 past int64) must fit a Go duration;
+        // casting one that does not is undefined (found by fuzz_agent_http).
+        double const d = ld.to_number<double>();
+        if (!(d >= -9.2e18 && d <= 9.2e18)) throw decode_error{"LockDelay out of range for time.Duration"};
+        ns = static_cast<std::int64_t>(d);
+    } else {
+        type_error(ld, "LockDelay", "time.Duration");
+    }
+    if (ns < 0) throw decode_error{"LockDelay must not be negative"};
+    if (ns < 1000) ns *= 1'000'000'000;
+    return ns;
+}
+
+// The body of PUT /v1/session/create (structs.Session); throws decode_error.
+session_create_request decode_session_create(std::string_view body) {
+    session_create_request sr;
+    json::value v = parse_json(body);
+    auto const& o = as_object(v, "structs.Session");
+    sr.name = get_string(o, "Name");
+    sr.node = get_string(o, "Node");
+    sr.behavior = get_string(o, "Behavior");
+    sr.ttl = get_string(o, "TTL");
+    sr.checks = get_string_array(o, "Checks");
+    sr.node_checks = get_string_array(o, "NodeChecks");
+    if (auto const* sc = member(o, "ServiceChecks"); sc && !sc->is_null()) {
+        if (!sc->is_array()) type_error(*sc, "ServiceChecks", "[]structs.ServiceCheck");
+        std::vector<service_check_ref> refs;
+        for (auto const& e : sc->as_array()) {
+            auto const& so = as_object(e, "structs.ServiceCheck");
+            refs.push_back({get_string(so, "ID").value_or(""), get_string(so, "Namespace").value_or("")});
         }
-        auto r = sm_.session_create(sr, now_);
-        if (auto const* err = std::get_if<state_error>(&r))
-            return done(text(http::status::internal_server_error, err->message));
-        return done(json_response(json::object{{"ID", std::get<std::string>(r)}}));
+        sr.service_checks = std::move(refs);
     }
-    if (auto id = split("destroy")) {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        if (id->empty()) return done(text(http::status::bad_request, "Missing session"));
-        sm_.session_destroy(*id, now_);
-        return done(make_response(http::status::ok, "true", app_json));
-    }
-    if (auto id = split("renew")) {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        if (id->empty()) return done(text(http::status::bad_request, "Missing session"));
-        auto s = sm_.session_renew(*id, now_);
-        if (!s) return done(text(http::status::not_found, "Session id '" + *id + "' not found"));
-        return done(json_response(json::array{render_session(*s)}));
-    }
+    if (auto const* ld = member(o, "LockDelay"); ld && !ld->is_null()) sr.lock_delay_ns = decode_lock_delay(*ld);
+    return sr;
+}
 
+}  // namespace
+
+api_outcome handler::session_create() {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    session_create_request sr;
+    if (!req_.body().empty()) {
+        try {
+            sr = decode_session_create(req_.body());
+        } catch (decode_error const& e) {
+            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+        } catch (std::exception const& e) {
+            return done(text(http::status::bad_request, std::string("Request decode failed: ") + e.what()));
+        }
+    }
+    auto r = sm_.session_create(sr, now_);
+    if (auto const* err = std::get_if<state_error>(&r))
+        return done(text(http::status::internal_server_error, err->message));
+    return done(json_response(json::object{{"ID", std::get<std::string>(r)}}));
+}
+
+api_outcome handler::session_destroy(std::string const& id) {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    if (id.empty()) return done(text(http::status::bad_request, "Missing session"));
+    sm_.session_destroy(id, now_);
+    return done(make_response(http::status::ok, "true", app_json));
+}
+
+api_outcome handler::session_renew(std::string const& id) {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    if (id.empty()) return done(text(http::status::bad_request, "Missing session"));
+    auto s = sm_.session_renew(id, now_);
+    if (!s) return done(text(http::status::not_found, "Session id '" + id + "' not found"));
+    return done(json_response(json::array{render_session(*s)}));
+}
+
+// info/<id>, list and node/<node>: blocking lists of sessions.
+api_outcome handler::session_list(api_endpoint which, std::string const& arg) {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    if (which == api_endpoint::session_info && arg.empty())
+        return done(text(http::status::bad_request, "Missing session"));
+    if (which == api_endpoint::session_node && arg.empty())
+        return done(text(http::status::bad_request, "Missing node name"));
     block_params bp;
-    auto list_response = [&](std::vector<session_entry const*> const& list) {
-        json::array a;
-        for (auto const* s : list) a.emplace_back(render_session(*s));
-        return block_or_answer(bp, sm_.sessions_index(), false, {{watch_target::kind::sessions, {}}}, json_response(a));
-    };
-    if (auto id = split("info")) {
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        if (id->empty()) return done(text(http::status::bad_request, "Missing session"));
-        if (auto bad = parse_block(bp)) return done(std::move(*bad));
-        std::vector<session_entry const*> list;
-        if (auto const* s = sm_.session_get(*id)) list.push_back(s);
-        return list_response(list);
+    if (auto bad = parse_block(bp)) return done(std::move(*bad));
+    std::vector<session_entry const*> list;
+    if (which == api_endpoint::session_info) {
+        if (auto const* s = sm_.session_get(arg)) list.push_back(s);
+    } else if (which == api_endpoint::session_node) {
+        list = sm_.session_list_node(arg);
+    } else {
+        list = sm_.session_list();
     }
-    if (rest == "list") {
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        if (auto bad = parse_block(bp)) return done(std::move(*bad));
-        return list_response(sm_.session_list());
-    }
-    if (auto node = split("node")) {
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        if (node->empty()) return done(text(http::status::bad_request, "Missing node name"));
-        if (auto bad = parse_block(bp)) return done(std::move(*bad));
-        return list_response(sm_.session_list_node(*node));
-    }
-    return done(text(http::status::not_found, "404 page not found\n"));
+    json::array a;
+    for (auto const* s : list) a.emplace_back(render_session(*s));
+    return block_or_answer(bp, sm_.sessions_index(), false, {{watch_target::kind::sessions, {}}}, json_response(a));
 }
 
 // ---- agent ----------------------------------------------------------------------------
 
-api_outcome handler::agent(std::string_view rest) {
+api_outcome handler::agent_self() {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
     auto const& cfg = sm_.config();
-    if (rest == "self") {
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        auto const* self = sm_.node_get(cfg.node_name);
-        json::object config{{"Datacenter", cfg.datacenter},
-                            {"PrimaryDatacenter", cfg.datacenter},
-                            {"NodeName", cfg.node_name},
-                            {"NodeID", self ? self->id : std::string{}},
-                            {"Server", true},
-                            {"Revision", "tenure"},
-                            {"Version", consul_version}};
-        json::object member_obj{{"Name", cfg.node_name},
-                                {"Addr", cfg.address},
-                                {"Port", 8301},
-                                {"Tags", json::object{{"dc", cfg.datacenter}, {"role", "consul"}}},
-                                {"Status", 1}};
-        return done(json_response(json::object{{"Config", std::move(config)},
-                                               {"Member", std::move(member_obj)},
-                                               {"Meta", json::object{}},
-                                               {"Stats", json::object{}}}));
+    auto const* self = sm_.node_get(cfg.node_name);
+    json::object config{{"Datacenter", cfg.datacenter},
+                        {"PrimaryDatacenter", cfg.datacenter},
+                        {"NodeName", cfg.node_name},
+                        {"NodeID", self ? self->id : std::string{}},
+                        {"Server", true},
+                        {"Revision", "tenure"},
+                        {"Version", consul_version}};
+    json::object member_obj{{"Name", cfg.node_name},
+                            {"Addr", cfg.address},
+                            {"Port", 8301},
+                            {"Tags", json::object{{"dc", cfg.datacenter}, {"role", "consul"}}},
+                            {"Status", 1}};
+    return done(json_response(json::object{{"Config", std::move(config)},
+                                           {"Member", std::move(member_obj)},
+                                           {"Meta", json::object{}},
+                                           {"Stats", json::object{}}}));
+}
+
+api_outcome handler::agent_metrics_answer() {
+    if (!metrics_) return done(not_found());  // metrics.hpp
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    if (q_.get("format") == "prometheus")
+        return done(make_response(http::status::ok, metrics_->prometheus(sm_), "text/plain; version=0.0.4; charset=utf-8"));
+    return done(make_response(http::status::ok, metrics_->consul_json(sm_), app_json));
+}
+
+api_outcome handler::agent_checks() {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    json::object o;
+    for (auto const* c : sm_.agent_checks()) o[c->check_id] = render_check(*c);
+    return done(json_response(o));
+}
+
+namespace {
+
+// The body of PUT /v1/agent/check/register (structs.CheckDefinition); throws decode_error.
+health_check decode_check_definition(std::string_view body) {
+    health_check c;
+    json::value v = parse_json(body.empty() ? std::string_view("{}") : body);
+    auto const& o = as_object(v, "structs.CheckDefinition");
+    c.name = get_string(o, "Name").value_or("");
+    c.check_id = get_string(o, "CheckID").value_or(get_string(o, "ID").value_or(""));
+    c.notes = get_string(o, "Notes").value_or("");
+    c.status = get_string(o, "Status").value_or("");
+    c.service_id = get_string(o, "ServiceID").value_or("");
+    if (auto ttl = get_string(o, "TTL")) {
+        auto d = parse_go_duration(*ttl);
+        if (!d.value) throw decode_error{d.error};
+        c.ttl = *d.value;
     }
-    if (rest == "metrics" && metrics_) {  // metrics.hpp
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        if (q_.get("format") == "prometheus")
-            return done(make_response(http::status::ok, metrics_->prometheus(sm_), "text/plain; version=0.0.4; charset=utf-8"));
-        return done(make_response(http::status::ok, metrics_->consul_json(sm_), app_json));
+    return c;
+}
+
+response unknown_check(std::string const& id) {
+    return text(http::status::not_found,
+                "Unknown check ID \"" + id + "\". Ensure that the check ID is passed, not the check name.");
+}
+
+}  // namespace
+
+api_outcome handler::check_register() {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    health_check c;
+    try {
+        c = decode_check_definition(req_.body());
+    } catch (decode_error const& e) {
+        return done(text(http::status::bad_request, "Request decode failed: " + e.message));
     }
-    if (rest == "checks") {
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        json::object o;
-        for (auto const* c : sm_.agent_checks()) o[c->check_id] = render_check(*c);
-        return done(json_response(o));
+    if (c.name.empty()) return done(text(http::status::bad_request, "Missing check name"));
+    if (!c.status.empty() && c.status != check_passing && c.status != check_warning && c.status != check_critical)
+        return done(text(http::status::bad_request, "Bad check status"));
+    if (!c.service_id.empty())
+        return done(text(http::status::bad_request, "ServiceID \"" + c.service_id + "\" does not exist"));
+    if (c.ttl.count() <= 0)
+        return done(text(http::status::bad_request, "Must provide a TTL: the tenure agent runs TTL checks only"));
+    c.type = "ttl";
+    sm_.agent_check_register(std::move(c), now_);
+    return done(make_response(http::status::ok, "", ""));
+}
+
+// check/pass/<id>, check/warn/<id>, check/fail/<id>.
+api_outcome handler::check_mark(std::string const& id, std::string_view status) {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    if (!sm_.agent_check_update(id, status, q_.get("note"), now_)) return done(unknown_check(id));
+    return done(make_response(http::status::ok, "", ""));
+}
+
+api_outcome handler::check_update(std::string const& id) {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    std::string status, output;
+    try {
+        json::value v = parse_json(req_.body());
+        auto const& o = as_object(v, "agent.checkUpdate");
+        status = get_string(o, "Status").value_or("");
+        output = get_string(o, "Output").value_or("");
+    } catch (decode_error const& e) {
+        return done(text(http::status::bad_request, "Request decode failed: " + e.message));
     }
-    if (rest == "check/register") {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        health_check c;
-        try {
-            json::value v = parse_json(req_.body().empty() ? std::string_view("{}") : std::string_view(req_.body()));
-            auto const& o = as_object(v, "structs.CheckDefinition");
-            c.name = get_string(o, "Name").value_or("");
-            c.check_id = get_string(o, "CheckID").value_or(get_string(o, "ID").value_or(""));
-            c.notes = get_string(o, "Notes").value_or("");
-            c.status = get_string(o, "Status").value_or("");
-            c.service_id = get_string(o, "ServiceID").value_or("");
-            if (auto ttl = get_string(o, "TTL")) {
-                auto d = parse_go_duration(*ttl);
-                if (!d.value) throw decode_error{d.error};
-                c.ttl = *d.value;
-            }
-        } catch (decode_error const& e) {
-            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
-        }
-        if (c.name.empty()) return done(text(http::status::bad_request, "Missing check name"));
-        if (!c.status.empty() && c.status != check_passing && c.status != check_warning && c.status != check_critical)
-            return done(text(http::status::bad_request, "Bad check status"));
-        if (!c.service_id.empty())
-            return done(text(http::status::bad_request, "ServiceID \"" + c.service_id + "\" does not exist"));
-        if (c.ttl.count() <= 0)
-            return done(text(http::status::bad_request,
-                             "Must provide a TTL: the tenure agent runs TTL checks only"));
-        c.type = "ttl";
-        sm_.agent_check_register(std::move(c), now_);
-        return done(make_response(http::status::ok, "", ""));
-    }
-    auto unknown_check = [](std::string const& id) {
-        return done(text(http::status::not_found,
-                         "Unknown check ID \"" + id + "\". Ensure that the check ID is passed, not the check name."));
-    };
-    for (auto [verb, status] : {std::pair{std::string_view("check/pass/"), check_passing},
-                                std::pair{std::string_view("check/warn/"), check_warning},
-                                std::pair{std::string_view("check/fail/"), check_critical}}) {
-        if (!rest.starts_with(verb)) continue;
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        std::string id(rest.substr(verb.size()));
-        if (!sm_.agent_check_update(id, status, q_.get("note"), now_)) return unknown_check(id);
-        return done(make_response(http::status::ok, "", ""));
-    }
-    if (rest.starts_with("check/update/")) {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        std::string id(rest.substr(13));
-        std::string status, output;
-        try {
-            json::value v = parse_json(req_.body());
-            auto const& o = as_object(v, "agent.checkUpdate");
-            status = get_string(o, "Status").value_or("");
-            output = get_string(o, "Output").value_or("");
-        } catch (decode_error const& e) {
-            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
-        }
-        if (status != check_passing && status != check_warning && status != check_critical)
-            return done(text(http::status::bad_request, "Invalid check status: '" + status + "'"));
-        if (!sm_.agent_check_update(id, status, std::move(output), now_)) return unknown_check(id);
-        return done(make_response(http::status::ok, "", ""));
-    }
-    if (rest.starts_with("check/deregister/")) {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        std::string id(rest.substr(17));
-        if (!sm_.agent_check_deregister(id, now_)) return unknown_check(id);
-        return done(make_response(http::status::ok, "", ""));
-    }
-    return done(text(http::status::not_found, "404 page not found\n"));
+    if (status != check_passing && status != check_warning && status != check_critical)
+        return done(text(http::status::bad_request, "Invalid check status: '" + status + "'"));
+    if (!sm_.agent_check_update(id, status, std::move(output), now_)) return done(unknown_check(id));
+    return done(make_response(http::status::ok, "", ""));
+}
+
+api_outcome handler::check_deregister(std::string const& id) {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    if (!sm_.agent_check_deregister(id, now_)) return done(unknown_check(id));
+    return done(make_response(http::status::ok, "", ""));
 }
 
 // ---- catalog, health, status --------------------------------------------------------------
@@ -858,68 +869,63 @@ std::map<std::string, std::string> decode_string_map(json::object const& o, std:
 }
 }  // namespace
 
-api_outcome handler::catalog(std::string_view rest) {
-    if (rest == "register" || rest == "deregister") {
-        if (auto r = check_method({http::verb::put})) return done(std::move(*r));
-        node_entry node;
-        std::vector<health_check> checks;
-        std::optional<std::string> check_id;
-        try {
-            json::value v = parse_json(req_.body());
-            auto const& o = as_object(v, "structs.RegisterRequest");
-            node.node = get_string(o, "Node").value_or("");
-            node.id = get_string(o, "ID").value_or("");
-            node.address = get_string(o, "Address").value_or("");
-            node.datacenter = get_string(o, "Datacenter").value_or("");
-            node.tagged_addresses = decode_string_map(o, "TaggedAddresses");
-            node.meta = decode_string_map(o, "NodeMeta");
-            check_id = get_string(o, "CheckID");
-            if (auto const* c = member(o, "Check"); c && !c->is_null())
-                checks.push_back(decode_check(as_object(*c, "structs.HealthCheck")));
-            if (auto const* cs = member(o, "Checks"); cs && !cs->is_null()) {
-                if (!cs->is_array()) type_error(*cs, "Checks", "structs.HealthChecks");
-                for (auto const& c : cs->as_array()) checks.push_back(decode_check(as_object(c, "structs.HealthCheck")));
-            }
-        } catch (decode_error const& e) {
-            return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+api_outcome handler::catalog_register(bool deregister) {
+    if (auto r = check_method({http::verb::put})) return done(std::move(*r));
+    node_entry node;
+    std::vector<health_check> checks;
+    std::optional<std::string> check_id;
+    try {
+        json::value v = parse_json(req_.body());
+        auto const& o = as_object(v, "structs.RegisterRequest");
+        node.node = get_string(o, "Node").value_or("");
+        node.id = get_string(o, "ID").value_or("");
+        node.address = get_string(o, "Address").value_or("");
+        node.datacenter = get_string(o, "Datacenter").value_or("");
+        node.tagged_addresses = decode_string_map(o, "TaggedAddresses");
+        node.meta = decode_string_map(o, "NodeMeta");
+        check_id = get_string(o, "CheckID");
+        if (auto const* c = member(o, "Check"); c && !c->is_null())
+            checks.push_back(decode_check(as_object(*c, "structs.HealthCheck")));
+        if (auto const* cs = member(o, "Checks"); cs && !cs->is_null()) {
+            if (!cs->is_array()) type_error(*cs, "Checks", "structs.HealthChecks");
+            for (auto const& c : cs->as_array()) checks.push_back(decode_check(as_object(c, "structs.HealthCheck")));
         }
-        if (node.node.empty()) return done(text(http::status::bad_request, "Must provide node"));
-        if (!node.datacenter.empty() && node.datacenter != sm_.config().datacenter)
-            return done(text(http::status::internal_server_error, "No path to datacenter"));
-        if (rest == "deregister") {
-            if (check_id && check_id->empty()) check_id.reset();
-            sm_.catalog_deregister(node.node, check_id, now_);
-            return done(make_response(http::status::ok, "true", app_json));
-        }
-        if (node.address.empty()) return done(text(http::status::bad_request, "Must provide address"));
-        for (auto const& c : checks) {
-            if (!c.status.empty() && c.status != check_passing && c.status != check_warning &&
-                c.status != check_critical && c.status != check_maintenance)
-                return done(text(http::status::bad_request, "Invalid check status: '" + c.status + "'"));
-            if (!c.node.empty() && c.node != node.node)
-                return done(text(http::status::internal_server_error,
-                                 "Node '" + c.node + "' for check '" + c.check_id +
-                                     "' does not match node of registration"));
-        }
-        node.datacenter = sm_.config().datacenter;
-        sm_.catalog_register(std::move(node), std::move(checks), now_);
+    } catch (decode_error const& e) {
+        return done(text(http::status::bad_request, "Request decode failed: " + e.message));
+    }
+    if (node.node.empty()) return done(text(http::status::bad_request, "Must provide node"));
+    if (!node.datacenter.empty() && node.datacenter != sm_.config().datacenter)
+        return done(text(http::status::internal_server_error, "No path to datacenter"));
+    if (deregister) {
+        if (check_id && check_id->empty()) check_id.reset();
+        sm_.catalog_deregister(node.node, check_id, now_);
         return done(make_response(http::status::ok, "true", app_json));
     }
-    if (rest == "nodes") {
-        if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-        block_params bp;
-        if (auto bad = parse_block(bp)) return done(std::move(*bad));
-        json::array a;
-        for (auto const* n : sm_.node_list()) a.emplace_back(render_node(*n));
-        return block_or_answer(bp, sm_.nodes_index(), false, {{watch_target::kind::nodes, {}}}, json_response(a));
+    if (node.address.empty()) return done(text(http::status::bad_request, "Must provide address"));
+    for (auto const& c : checks) {
+        if (!c.status.empty() && c.status != check_passing && c.status != check_warning &&
+            c.status != check_critical && c.status != check_maintenance)
+            return done(text(http::status::bad_request, "Invalid check status: '" + c.status + "'"));
+        if (!c.node.empty() && c.node != node.node)
+            return done(text(http::status::internal_server_error,
+                             "Node '" + c.node + "' for check '" + c.check_id + "' does not match node of registration"));
     }
-    return done(text(http::status::not_found, "404 page not found\n"));
+    node.datacenter = sm_.config().datacenter;
+    sm_.catalog_register(std::move(node), std::move(checks), now_);
+    return done(make_response(http::status::ok, "true", app_json));
 }
 
-api_outcome handler::health(std::string_view rest) {
-    if (!rest.starts_with("node/")) return done(text(http::status::not_found, "404 page not found\n"));
+api_outcome handler::catalog_nodes() {
     if (auto r = check_method({http::verb::get})) return done(std::move(*r));
-    std::string node(rest.substr(5));
+    block_params bp;
+    if (auto bad = parse_block(bp)) return done(std::move(*bad));
+    json::array a;
+    for (auto const* n : sm_.node_list()) a.emplace_back(render_node(*n));
+    return block_or_answer(bp, sm_.nodes_index(), false, {{watch_target::kind::nodes, {}}}, json_response(a));
+}
+
+api_outcome handler::health_node(std::string const& node) {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
     if (node.empty()) return done(text(http::status::bad_request, "Missing node name"));
     block_params bp;
     if (auto bad = parse_block(bp)) return done(std::move(*bad));
@@ -942,11 +948,18 @@ api_outcome http_api::handle(request const& req, time_point now, blocking_state&
     try {
         // ACLs first (an unauthorised caller learns nothing about limits),
         // then limits; both refuse before anything changes.
+        // The request is routed once (router.hpp), for the ACL check and the
+        // endpoint alike.
+        auto parsed = boost::urls::parse_origin_form(req.target());
+        if (!parsed) return {text(http::status::bad_request, "Invalid request target"), std::nullopt};
+        std::string const path = parsed->path();
+        route const r = route_request(req.method(), path, parsed->params());
         acl_filter filter;
         if (acl_)
-            if (auto refused = acl_->authorize(req, sm_, filter)) return {std::move(*refused), std::nullopt};
-        if (auto refused = check_limits(limits_, sm_, req)) return {std::move(*refused), std::nullopt};
-        api_outcome out = handler(sm_, req, now, bs, metrics_, &limits_).run();
+            if (auto refused = acl_->authorize(req, r, sm_, filter)) return {std::move(*refused), std::nullopt};
+        if (auto refused = check_limits(limits_, sm_, req, r, parsed->params()))
+            return {std::move(*refused), std::nullopt};
+        api_outcome out = handler(sm_, req, *parsed, r, now, bs, metrics_, &limits_).run();
         if (out.res) acl_store::apply(filter, *out.res);
         return out;
     } catch (std::exception const& e) {

@@ -1,12 +1,12 @@
 // Limits against abuse of the embedded agent (include/tenure/detail/agent/limits.hpp).
 #include "agent/limits.hpp"
+#include "agent/reply.hpp"
+#include "agent/router.hpp"
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 namespace tenure::detail::agent {
@@ -15,27 +15,6 @@ namespace http = boost::beast::http;
 namespace json = boost::json;
 
 namespace {
-
-using response = http::response<http::string_body>;
-
-response text(http::status st, std::string body) {
-    response res{st, 11};
-    res.set(http::field::content_type, "text/plain; charset=utf-8");
-    res.body() = std::move(body);
-    return res;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
-json::value const* member(json::object const& o, std::string_view name) {
-    for (auto const& kv : o)
-        if (iequals(kv.key(), name)) return &kv.value();
-    return nullptr;
-}
 
 std::string quoted(std::string_view s) {
     std::string out = "\"";
@@ -69,14 +48,11 @@ std::optional<response> check_txn_limits(api_limits const& limits, state_machine
 }
 
 std::optional<response> check_limits(api_limits const& limits, state_machine const& sm,
-                                     http::request<http::string_body> const& req) {
+                                     http::request<http::string_body> const& req, route const& r,
+                                     boost::urls::params_view params) {
     if (req.method() != http::verb::put) return std::nullopt;
-    auto parsed = boost::urls::parse_origin_form(req.target());
-    if (!parsed) return std::nullopt;  // the API answers 400
-    std::string const path = parsed->path();
-    std::string_view const p = path;
 
-    if (p == "/v1/session/create" && limits.max_sessions_per_node > 0) {
+    if (r.endpoint == api_endpoint::session_create && limits.max_sessions_per_node > 0) {
         std::string node = sm.config().node_name;
         boost::system::error_code ec;
         if (!req.body().empty()) {
@@ -94,10 +70,10 @@ std::optional<response> check_limits(api_limits const& limits, state_machine con
     }
 
     if (limits.max_kv_keys == 0) return std::nullopt;
-    if (p.starts_with("/v1/kv/")) {
-        std::string_view const key = p.substr(7);
+    if (r.endpoint == api_endpoint::kv) {  // /v1/kv itself: no key, nothing to create
+        std::string_view const key = r.rest;
         if (sm.kv_count() < limits.max_kv_keys) return std::nullopt;
-        if (parsed->params().contains("release") || key.empty() || sm.kv_get(key)) return std::nullopt;
+        if (params.contains("release") || key.empty() || sm.kv_get(key)) return std::nullopt;
         return kv_full(sm.kv_count(), limits.max_kv_keys, key);
     }
     return std::nullopt;

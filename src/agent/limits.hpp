@@ -9,6 +9,7 @@
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/url/params_view.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -25,11 +26,14 @@ struct api_limits {
     std::size_t max_kv_keys = 1'000'000;
 };
 
+struct route;  // router.hpp
+
 // A refusal (500, Consul's text for a state-store refusal, or 413) for a
-// request that would pass a limit, or nothing.
+// request (routed as `r`, with query `params`) that would pass a limit, or nothing.
 std::optional<boost::beast::http::response<boost::beast::http::string_body>> check_limits(
     api_limits const& limits, state_machine const& sm,
-    boost::beast::http::request<boost::beast::http::string_body> const& req);
+    boost::beast::http::request<boost::beast::http::string_body> const& req, route const& r,
+    boost::urls::params_view params);
 
 // The same refusal for a /v1/txn whose operations (already decoded by the
 // API) would create more keys than fit; checked before it runs.

@@ -325,6 +325,21 @@ struct agent::impl : std::enable_shared_from_this<impl> {
                                              asio::ssl::context* tls);
     static asio::awaitable<void> tick_loop(std::shared_ptr<impl> self);
     static asio::awaitable<void> serve(std::unique_ptr<connection> cp);
+    // serve()'s steps. Socket options and the TLS handshake; false: close.
+    asio::awaitable<bool> open_connection(connection& c);
+    // One request: header, body, evaluate, respond. false: the connection is done.
+    asio::awaitable<bool> serve_request(connection& c, beast::flat_buffer& buf);
+    // check_header's refusal (or a 500 if it threw), from the header alone.
+    std::optional<ag::response> refusal_from_header(http::request_header<> const& header);
+    // Writes that refusal and closes, draining an unread body.
+    asio::awaitable<void> refuse_early(connection& c, http::request_parser<http::empty_body> const& hp,
+                                       ag::response& res, ag::time_point start);
+    // The answer, after parking a blocking query and waiting for durability;
+    // nullopt: the peer went away or the agent stopped.
+    asio::awaitable<std::optional<ag::response>> evaluate(connection& c, beast::flat_buffer const& buf,
+                                                          ag::request const& req);
+    // Writes the answer. false: close (an error, stopping, or no keep-alive).
+    asio::awaitable<bool> respond(connection& c, ag::request const& req, ag::response& res, ag::time_point start);
 
     // Writes `res` (the header only for HEAD). The caller set keep-alive and the payload.
     asio::awaitable<beast::error_code> write(connection& c, ag::response& res, bool head_only);
@@ -735,10 +750,7 @@ asio::awaitable<bool> agent::impl::park(connection& c, beast::flat_buffer const&
     }
 }
 
-asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
-    connection& c = *cp;
-    impl& a = *c.owner;
-    if (a.stopping) co_return;
+asio::awaitable<bool> agent::impl::open_connection(connection& c) {
     {
         boost::system::error_code ec;
         auto& s = c.stream.socket();
@@ -746,119 +758,144 @@ asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
         if (!is_unix(c.peer)) s.set_option(tcp::no_delay(true), ec);
         s.non_blocking(true, ec);
         c.can_peek = !ec;
-        c.bucket = ag::token_bucket(a.opts.http_rate_per_conn, a.opts.http_burst_per_conn, ag::clock::now());
+        c.bucket = ag::token_bucket(opts.http_rate_per_conn, opts.http_burst_per_conn, ag::clock::now());
     }
-    if (a.log.enabled(log_level::trace)) a.log.trace("agent.http", "connection opened from " + endpoint_string(c.peer));
-    if (c.stream.is_tls()) {
-        c.stream.expires_after(handshake_timeout);
-        auto [tec] = co_await c.stream.async_handshake(asio::ssl::stream_base::server, awaitable_tuple);
-        if (a.stopping) co_return;
-        if (tec) {  // no certificate, wrong CA, plain HTTP on the HTTPS port...
-            if (a.log.enabled(log_level::debug))
-                a.log.debug("agent.http", "TLS handshake with " + endpoint_string(c.peer) + " failed: " + tec.message());
-            co_return;
+    if (log.enabled(log_level::trace)) log.trace("agent.http", "connection opened from " + endpoint_string(c.peer));
+    if (!c.stream.is_tls()) co_return true;
+    c.stream.expires_after(handshake_timeout);
+    auto [tec] = co_await c.stream.async_handshake(asio::ssl::stream_base::server, awaitable_tuple);
+    if (stopping) co_return false;
+    if (tec) {  // no certificate, wrong CA, plain HTTP on the HTTPS port...
+        if (log.enabled(log_level::debug))
+            log.debug("agent.http", "TLS handshake with " + endpoint_string(c.peer) + " failed: " + tec.message());
+        co_return false;
+    }
+    co_return true;
+}
+
+std::optional<ag::response> agent::impl::refusal_from_header(http::request_header<> const& header) {
+    try {
+        return api.check_header(header);
+    } catch (std::exception const& e) {
+        log.error("agent.http", std::string("check_header failed: ") + e.what());
+        return text_response(http::status::internal_server_error, std::string("internal error: ") + e.what());
+    }
+}
+
+asio::awaitable<void> agent::impl::refuse_early(connection& c, http::request_parser<http::empty_body> const& hp,
+                                                ag::response& res, ag::time_point start) {
+    res.keep_alive(false);
+    res.prepare_payload();
+    bool const head = hp.get().method() == http::verb::head;
+    auto const ec = co_await write(c, res, head);
+    log_request(c, hp.get().method_string(), hp.get().target(), res.result_int(), start);
+    if (ec || stopping) co_return;
+    if (hp.is_done()) {  // nothing unread: a plain close
+        boost::system::error_code ig;
+        c.stream.socket().shutdown(asio::socket_base::shutdown_send, ig);
+    } else {
+        co_await linger_close(c);
+    }
+}
+
+asio::awaitable<std::optional<ag::response>> agent::impl::evaluate(connection& c, beast::flat_buffer const& buf,
+                                                                   ag::request const& req) {
+    ag::blocking_state bs;
+    ag::api_outcome out;
+    if (c.bucket.try_take(ag::clock::now())) out = handle(req, bs);
+    else out.res = ag::rate_limited();  // the connection stays open
+    while (!out.res) {
+        if (opts.max_blocking_queries && sm.watcher_count() >= opts.max_blocking_queries) {
+            out.res = ag::too_many_blocking_queries(opts.max_blocking_queries);
+            break;
         }
+        if (!co_await park(c, buf, std::move(*out.wait))) {
+            if (log.enabled(log_level::trace))
+                log.trace("agent.http", "blocking query abandoned: url=" + ag::redact_token(req.target()) +
+                                            " from=" + endpoint_string(c.peer));
+            co_return std::nullopt;
+        }
+        out = handle(req, bs);
+    }
+    // ---- durability: nothing leaves that is not on disk (group commit) ----
+    if (commits && !co_await commits->wait_durable())
+        out.res = text_response(http::status::internal_server_error, "write-ahead log failed; agent stopping");
+    co_return std::move(out.res);
+}
+
+asio::awaitable<bool> agent::impl::respond(connection& c, ag::request const& req, ag::response& res,
+                                           ag::time_point start) {
+    bool const keep = req.keep_alive() && !stopping;
+    res.keep_alive(keep);
+    if (keep && req.version() < 11) res.set(http::field::connection, "keep-alive");
+    res.prepare_payload();
+    auto const wec = co_await write(c, res, req.method() == http::verb::head);
+    log_request(c, req.method_string(), req.target(), res.result_int(), start);
+    if (wec || stopping) co_return false;
+    if (!keep) {
+        boost::system::error_code ig;
+        c.stream.socket().shutdown(asio::socket_base::shutdown_send, ig);
+        co_return false;
+    }
+    co_return true;
+}
+
+asio::awaitable<bool> agent::impl::serve_request(connection& c, beast::flat_buffer& buf) {
+    // ---- header ----
+    http::request_parser<http::empty_body> hp;
+    hp.header_limit(static_cast<std::uint32_t>(
+        std::min<std::size_t>(opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+    hp.body_limit(boost::none);  // Content-Length is judged by check_header, then by the body parser
+    c.stream.expires_after(idle_timeout);
+    auto [hec, hn] = co_await http::async_read_header(c.stream, buf, hp, awaitable_tuple);
+    if (stopping) co_return false;
+    if (hec) {
+        if (auto st = client_error_status(hec)) co_await reject(c, *st, hec.message());
+        else if (log.enabled(log_level::trace))
+            log.trace("agent.http", "connection from " + endpoint_string(c.peer) + " closed: " + hec.message());
+        co_return false;
+    }
+    auto const start = ag::clock::now();
+
+    // ---- refusal from the header alone: the body is never read ----
+    if (auto early = refusal_from_header(hp.get())) {
+        co_await refuse_early(c, hp, *early, start);
+        co_return false;
+    }
+    if (expects_continue(hp.get()) && !hp.is_done()) {
+        http::response<http::empty_body> cont{http::status::continue_, 11};
+        c.stream.expires_after(write_timeout);
+        auto [cec, cn] = co_await http::async_write(c.stream, cont, awaitable_tuple);
+        if (cec || stopping) co_return false;
     }
 
+    // ---- body ----
+    http::request_parser<http::string_body> p{std::move(hp)};
+    p.body_limit(api.max_body_size());
+    if (!p.is_done()) {
+        c.stream.expires_after(body_timeout);
+        auto [bec, bn] = co_await http::async_read(c.stream, buf, p, awaitable_tuple);
+        if (stopping) co_return false;
+        if (bec) {
+            if (auto st = client_error_status(bec)) co_await reject(c, *st, bec.message());
+            co_return false;
+        }
+    }
+    ag::request req = p.release();
+
+    // ---- evaluate (parking blocking queries), respond ----
+    auto res = co_await evaluate(c, buf, req);
+    if (!res) co_return false;
+    co_return co_await respond(c, req, *res, start);
+}
+
+asio::awaitable<void> agent::impl::serve(std::unique_ptr<connection> cp) {
+    connection& c = *cp;
+    impl& a = *c.owner;
+    if (a.stopping) co_return;
+    if (!co_await a.open_connection(c)) co_return;
     beast::flat_buffer buf;
-    for (;;) {
-        // ---- header ----
-        http::request_parser<http::empty_body> hp;
-        hp.header_limit(static_cast<std::uint32_t>(
-            std::min<std::size_t>(a.opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
-        hp.body_limit(boost::none);  // Content-Length is judged by check_header, then by the body parser
-        c.stream.expires_after(idle_timeout);
-        auto [hec, hn] = co_await http::async_read_header(c.stream, buf, hp, awaitable_tuple);
-        if (a.stopping) co_return;
-        if (hec) {
-            if (auto st = client_error_status(hec)) co_await a.reject(c, *st, hec.message());
-            else if (a.log.enabled(log_level::trace))
-                a.log.trace("agent.http", "connection from " + endpoint_string(c.peer) + " closed: " + hec.message());
-            co_return;
-        }
-        auto const start = ag::clock::now();
-
-        // ---- refusal from the header alone: the body is never read ----
-        std::optional<ag::response> early;
-        try {
-            early = a.api.check_header(hp.get());
-        } catch (std::exception const& e) {
-            a.log.error("agent.http", std::string("check_header failed: ") + e.what());
-            early = text_response(http::status::internal_server_error, std::string("internal error: ") + e.what());
-        }
-        if (early) {
-            early->keep_alive(false);
-            early->prepare_payload();
-            bool const head = hp.get().method() == http::verb::head;
-            auto const ec = co_await a.write(c, *early, head);
-            a.log_request(c, hp.get().method_string(), hp.get().target(), early->result_int(), start);
-            if (ec || a.stopping) co_return;
-            if (hp.is_done()) {  // nothing unread: a plain close
-                boost::system::error_code ig;
-                c.stream.socket().shutdown(asio::socket_base::shutdown_send, ig);
-            } else {
-                co_await a.linger_close(c);
-            }
-            co_return;
-        }
-        if (expects_continue(hp.get()) && !hp.is_done()) {
-            http::response<http::empty_body> cont{http::status::continue_, 11};
-            c.stream.expires_after(write_timeout);
-            auto [cec, cn] = co_await http::async_write(c.stream, cont, awaitable_tuple);
-            if (cec || a.stopping) co_return;
-        }
-
-        // ---- body ----
-        http::request_parser<http::string_body> p{std::move(hp)};
-        p.body_limit(a.api.max_body_size());
-        if (!p.is_done()) {
-            c.stream.expires_after(body_timeout);
-            auto [bec, bn] = co_await http::async_read(c.stream, buf, p, awaitable_tuple);
-            if (a.stopping) co_return;
-            if (bec) {
-                if (auto st = client_error_status(bec)) co_await a.reject(c, *st, bec.message());
-                co_return;
-            }
-        }
-        ag::request req = p.release();
-
-        // ---- evaluate, parking blocking queries ----
-        ag::blocking_state bs;
-        ag::api_outcome out;
-        if (c.bucket.try_take(ag::clock::now())) out = a.handle(req, bs);
-        else out.res = ag::rate_limited();  // the connection stays open
-        while (!out.res) {
-            if (a.opts.max_blocking_queries && a.sm.watcher_count() >= a.opts.max_blocking_queries) {
-                out.res = ag::too_many_blocking_queries(a.opts.max_blocking_queries);
-                break;
-            }
-            if (!co_await a.park(c, buf, std::move(*out.wait))) {
-                if (a.log.enabled(log_level::trace))
-                    a.log.trace("agent.http", "blocking query abandoned: url=" + ag::redact_token(req.target()) +
-                                                  " from=" + endpoint_string(c.peer));
-                co_return;
-            }
-            out = a.handle(req, bs);
-        }
-
-        // ---- durability: nothing leaves that is not on disk (group commit) ----
-        if (a.commits && !co_await a.commits->wait_durable())
-            out.res = text_response(http::status::internal_server_error, "write-ahead log failed; agent stopping");
-
-        // ---- respond ----
-        ag::response& res = *out.res;
-        bool const keep = req.keep_alive() && !a.stopping;
-        res.keep_alive(keep);
-        if (keep && req.version() < 11) res.set(http::field::connection, "keep-alive");
-        res.prepare_payload();
-        auto const wec = co_await a.write(c, res, req.method() == http::verb::head);
-        a.log_request(c, req.method_string(), req.target(), res.result_int(), start);
-        if (wec || a.stopping) co_return;
-        if (!keep) {
-            boost::system::error_code ig;
-            c.stream.socket().shutdown(asio::socket_base::shutdown_send, ig);
-            co_return;
-        }
+    while (co_await a.serve_request(c, buf)) {
     }
 }
 

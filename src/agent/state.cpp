@@ -517,13 +517,26 @@ bool state_machine::cas_store(std::string_view key, std::optional<std::string> v
     return true;
 }
 
+namespace {
+
+// One write at the next index: `op(idx, changed)`; the index moves only if
+// the write changed something.
+template <class Op>
+auto at_next_index(std::uint64_t& index, Op op) {
+    std::uint64_t const idx = index + 1;
+    bool changed = false;
+    auto r = op(idx, changed);
+    if (changed) index = idx;
+    return r;
+}
+
+}  // namespace
+
 bool state_machine::kv_cas(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
                            std::uint64_t cas) {
-    std::uint64_t idx = index_ + 1;
-    bool changed = false;
-    bool ok = cas_store(key, std::move(value), flags, cas, idx, changed);
-    if (changed) index_ = idx;
-    return ok;
+    return at_next_index(index_, [&](std::uint64_t idx, bool& changed) {
+        return cas_store(key, std::move(value), flags, cas, idx, changed);
+    });
 }
 
 result<bool> state_machine::lock_key(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
@@ -565,20 +578,16 @@ result<bool> state_machine::kv_acquire(std::string_view key, std::optional<std::
         if (on_lock_delay_reject) on_lock_delay_reject(key);
         return false;
     }
-    std::uint64_t idx = index_ + 1;
-    bool changed = false;
-    auto r = lock_key(key, std::move(value), flags, session, idx, changed);
-    if (changed) index_ = idx;
-    return r;
+    return at_next_index(index_, [&](std::uint64_t idx, bool& changed) {
+        return lock_key(key, std::move(value), flags, session, idx, changed);
+    });
 }
 
 result<bool> state_machine::kv_release(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
                                        std::string_view session) {
-    std::uint64_t idx = index_ + 1;
-    bool changed = false;
-    auto r = unlock_key(key, std::move(value), flags, session, idx, changed);
-    if (changed) index_ = idx;
-    return r;
+    return at_next_index(index_, [&](std::uint64_t idx, bool& changed) {
+        return unlock_key(key, std::move(value), flags, session, idx, changed);
+    });
 }
 
 void state_machine::kv_delete(std::string_view key) {

@@ -5,6 +5,7 @@
 #include "consul/lock.hpp"
 #include "consul/semaphore_codec.hpp"
 #include "net/go_path.hpp"
+#include "net/strings.hpp"
 
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
@@ -49,17 +50,6 @@ std::pair<long, std::size_t> decode_rune(std::string_view s) {
                 4};
     }
     return {-1, 1};
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        char x = a[i], y = b[i];
-        if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-        if (x != y) return false;
-    }
-    return true;
 }
 
 }  // namespace
