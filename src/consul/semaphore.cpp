@@ -436,7 +436,11 @@ asio::awaitable<claim_holders> consul_session::read_slots(std::string prefix, in
     prune(*lock, r.value);
     claim_holders st;
     st.limit = static_cast<int>(lock->limit);
-    for (auto const& [sid, held] : lock->holders) st.holders.push_back(leader_info{.session = sid});
+    for (auto const& [sid, held] : lock->holders) {
+        leader_info holder;
+        holder.session = sid;
+        st.holders.push_back(std::move(holder));
+    }
     for (auto const& p : r.value)
         if (!p.session.empty() && p.key == go_path_join(prefix, p.session)) st.contenders.push_back(p.session);
     std::sort(st.contenders.begin(), st.contenders.end());

@@ -2,6 +2,9 @@
 #include "core/campaign.hpp"
 #include "core/event.hpp"
 
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 #include <boost/asio/this_coro.hpp>
 
 namespace tenure::detail {
