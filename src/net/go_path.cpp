@@ -1,8 +1,9 @@
 // Go's path.Clean and path.Join, for key layouts that Go clients build with them.
 #include "net/go_path.hpp"
 
-// g++ 12 false positive on std::string appends inlined at -O2 (GCC PR 105651).
+// g++ 12 false positives on std::string appends inlined at -O2 (GCC PR 105651).
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#pragma GCC diagnostic ignored "-Wrestrict"
 
 #include <vector>
 
