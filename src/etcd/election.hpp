@@ -24,6 +24,16 @@ namespace tenure::detail {
 // "%x" of a lease ID, as etcd's Go client formats it.
 std::string etcd_lease_hex(std::int64_t lease);
 
+// ---- key helpers shared by the election and the semaphore (semaphore.cpp;
+// put_candidate below too) ----
+
+bool etcd_lease_not_found(boost::system::system_error const& e);
+// Why our key is gone: session_invalidated when `lease` went with it, else
+// key_deleted.
+asio::awaitable<boost::system::error_code> etcd_why_gone(etcd::client& c, std::int64_t lease);
+// Deletes `key` if it still has create revision `rev` (etcd's Resign).
+asio::awaitable<void> etcd_resign(etcd::client& c, std::string key, std::int64_t rev);
+
 struct etcd_session;
 
 struct etcd_election_scope final : scope_state {
