@@ -259,12 +259,12 @@ asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string co
 // etcd's Campaign, with the own key watched while waiting (no phantom
 // leadership) and transient errors retried within the lease.
 asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(claim c) {
-    if (c.kind != claim_kind::key) throw system_error(make_error_code(boost::system::errc::operation_not_supported));
+    if (c.kind == claim_kind::slot) co_return co_await acquire_slot(std::move(c.key), c.limit, std::move(c.value), c.once);
     co_return co_await campaign(std::move(c.key), std::move(c.value), c.once);
 }
 
-asio::awaitable<claim_holders> etcd_session::read(claim_kind kind, std::string key, int /*limit*/) {
-    if (kind != claim_kind::key) throw system_error(make_error_code(boost::system::errc::operation_not_supported));
+asio::awaitable<claim_holders> etcd_session::read(claim_kind kind, std::string key, int limit) {
+    if (kind == claim_kind::slot) co_return co_await read_slots(std::move(key), limit);
     claim_holders held;
     if (auto leader = co_await read_leader(std::move(key))) held.holders.push_back(std::move(*leader));
     co_return held;
