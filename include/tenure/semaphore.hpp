@@ -33,9 +33,33 @@
 /// under the prefix. A release-behaviour session works too: its contender key
 /// then stays (unheld) after the session ends, and is still pruned.
 ///
-/// Backends: Consul and the embedded agent. On a session created on an
-/// etcd::client, acquire(), try_acquire() and state() complete with
-/// `boost::system::errc::operation_not_supported` (etcd has no semaphore yet).
+/// Backends: Consul and the embedded agent (the protocol above), and etcd. On
+/// a session created on an etcd::client the layout is etcd's election scheme
+/// with N winners (docs/guide/backends.md, "etcd semaphore keys"):
+///
+///   - each contender writes `prefix/<lease id in lowercase hex>` (a trailing
+///     '/' of the prefix is dropped) on its session's lease, value = `value`,
+///     by a txn that creates it only if absent (create_revision == 0) and
+///     otherwise reuses it, as etcd's Campaign does; there is no `.lock` key;
+///   - the holders are the first `limit` keys under `prefix/` by create
+///     revision (every key there takes a place in that order);
+///   - a waiter reads the `limit` keys just ahead of it and watches the prefix
+///     until one of them (or its own key) is deleted, then ranks again: a
+///     delete wakes at most `limit` waiters, not all of them;
+///   - the permit's key() is the contender key, its token() the key's create
+///     revision (a contender becomes admissible only once every older one is
+///     admitted or gone, so tokens grow along the queue); release() deletes
+///     the key, and the key goes with the lease, so a lost session frees its
+///     slot at once;
+///   - loss reasons: key_deleted, session_invalidated (the lease went with
+///     the key), released_by_other (the key re-created on another lease),
+///     lease_expired_locally;
+///   - state(): holders and contenders are lease ids in hex, limit is this
+///     semaphore's own limit, index the revision of the read.
+///
+/// etcd has no place to agree on the limit: every contender must use the same
+/// one (a mismatch is not detected, and no semaphore_limit_conflict is raised).
+/// Session options behavior, node checks and lock-delay do not apply there.
 #pragma once
 
 #include <tenure/leadership_scope.hpp>
@@ -77,7 +101,8 @@ public:
     /// contender key is deleted again when the acquisition does not succeed.
     /// @async_errors
     /// `error::lock_conflict` (`prefix/.lock` is used with other flags, e.g. by a
-    /// lock); `error::semaphore_limit_conflict` (`.lock` says another Limit); the
+    /// lock; on etcd: the contender key is on another lease);
+    /// `error::semaphore_limit_conflict` (`.lock` says another Limit); the
     /// session's loss reason if it is lost meanwhile; transport errors that persist
     /// beyond the session's lease.
     /// @async_lifetimes

@@ -27,9 +27,33 @@ std::string etcd_lease_hex(std::int64_t lease) {
     return buf;
 }
 
-namespace {
+bool etcd_lease_not_found(system_error const& e) { return e.code() == make_error_code(error::lease_not_found); }
 
-bool is_lease_not_found(system_error const& e) { return e.code() == make_error_code(error::lease_not_found); }
+// Why our key is gone: the lease died with it, or someone deleted it.
+asio::awaitable<boost::system::error_code> etcd_why_gone(etcd::client& c, std::int64_t lease) {
+    try {
+        auto ttl = co_await c.lease_time_to_live(lease);
+        if (ttl < 0) co_return make_error_code(error::session_invalidated);
+    } catch (system_error const& e) {
+        if (is_abort(e)) throw;
+        if (etcd_lease_not_found(e)) co_return make_error_code(error::session_invalidated);
+    }
+    co_return make_error_code(error::key_deleted);
+}
+
+// Deletes `key` if it still has create_revision `rev` (etcd's Resign).
+asio::awaitable<void> etcd_resign(etcd::client& c, std::string key, std::int64_t rev) {
+    std::vector<etcd::compare> cmps;
+    cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal, rev));
+    etcd::delete_op del;
+    del.key = key;
+    std::vector<etcd::request_op> ops;
+    ops.emplace_back(std::move(del));
+    std::vector<etcd::request_op> no_ops;
+    co_await c.txn(cmps, ops, no_ops);
+}
+
+namespace {
 
 // One consistent snapshot (a read-only txn) of what a candidate needs: its
 // own key and its predecessor (the key under the prefix with the largest
@@ -92,18 +116,6 @@ asio::awaitable<void> wait_deleted(etcd::client& c, std::string key, std::int64_
     }
 }
 
-// Why our key is gone: the lease died with it, or someone deleted it.
-asio::awaitable<boost::system::error_code> why_gone(etcd::client& c, std::int64_t lease) {
-    try {
-        auto ttl = co_await c.lease_time_to_live(lease);
-        if (ttl < 0) co_return make_error_code(error::session_invalidated);
-    } catch (system_error const& e) {
-        if (is_abort(e)) throw;
-        if (is_lease_not_found(e)) co_return make_error_code(error::session_invalidated);
-    }
-    co_return make_error_code(error::key_deleted);
-}
-
 // Whether `lease` still exists. A key deleted by a lease revoke or expiry
 // goes in the same etcd transaction that removes the lease, so a watcher
 // that sees the DELETE and then finds the lease alive knows the key was
@@ -112,21 +124,9 @@ asio::awaitable<bool> lease_alive(etcd::client& c, std::int64_t lease) {
     try {
         co_return co_await c.lease_time_to_live(lease) >= 0;
     } catch (system_error const& e) {
-        if (is_lease_not_found(e)) co_return false;
+        if (etcd_lease_not_found(e)) co_return false;
         throw;
     }
-}
-
-// Deletes `key` if it still has create_revision `rev` (etcd's Resign).
-asio::awaitable<void> resign(etcd::client& c, std::string key, std::int64_t rev) {
-    std::vector<etcd::compare> cmps;
-    cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal, rev));
-    etcd::delete_op del;
-    del.key = key;
-    std::vector<etcd::request_op> ops;
-    ops.emplace_back(std::move(del));
-    std::vector<etcd::request_op> no_ops;
-    co_await c.txn(cmps, ops, no_ops);
 }
 
 // etcd's Resign, also answering whether a candidate waits behind the key
@@ -168,7 +168,7 @@ asio::awaitable<bool> etcd_session::renew_once() {
         auto ttl = co_await client.lease_keepalive(lease);
         co_return ttl > 0;
     } catch (system_error const& e) {
-        if (is_lease_not_found(e)) co_return false;
+        if (etcd_lease_not_found(e)) co_return false;
         throw;
     }
 }
@@ -195,7 +195,7 @@ asio::awaitable<void> etcd_session::destroy_remote() {
     try {
         co_await client.lease_revoke(lease);
     } catch (system_error const& e) {
-        if (!is_lease_not_found(e)) throw;
+        if (!etcd_lease_not_found(e)) throw;
     }
 }
 
@@ -259,12 +259,12 @@ asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string co
 // etcd's Campaign, with the own key watched while waiting (no phantom
 // leadership) and transient errors retried within the lease.
 asio::awaitable<std::shared_ptr<scope_state>> etcd_session::acquire(claim c) {
-    if (c.kind != claim_kind::key) throw system_error(make_error_code(boost::system::errc::operation_not_supported));
+    if (c.kind == claim_kind::slot) co_return co_await acquire_slot(std::move(c.key), c.limit, std::move(c.value), c.once);
     co_return co_await campaign(std::move(c.key), std::move(c.value), c.once);
 }
 
-asio::awaitable<claim_holders> etcd_session::read(claim_kind kind, std::string key, int /*limit*/) {
-    if (kind != claim_kind::key) throw system_error(make_error_code(boost::system::errc::operation_not_supported));
+asio::awaitable<claim_holders> etcd_session::read(claim_kind kind, std::string key, int limit) {
+    if (kind == claim_kind::slot) co_return co_await read_slots(std::move(key), limit);
     claim_holders held;
     if (auto leader = co_await read_leader(std::move(key))) held.holders.push_back(std::move(*leader));
     co_return held;
@@ -298,7 +298,7 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::campaign(std::string
                 // Wait for the predecessor, while watching our own key.
                 auto v = co_await read_view(client, own_key, prefix, my_rev);
                 if (!v.own || v.own->create_revision != my_rev) {
-                    fatal = co_await why_gone(client, lease);
+                    fatal = co_await etcd_why_gone(client, lease);
                 } else if (v.own->lease != lease) {
                     fatal = make_error_code(error::released_by_other);
                 } else if (pred && (!v.other || v.other->key != pred->key ||
@@ -327,7 +327,7 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::campaign(std::string
                     won = std::move(st);
                     break;
                 } else if (once) {
-                    co_await resign(client, own_key, my_rev);
+                    co_await etcd_resign(client, own_key, my_rev);
                     co_return nullptr;
                 } else {
                     if (delay > clock::duration::zero()) pred = v.other;  // tracked for the lock-delay only
@@ -342,7 +342,7 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::campaign(std::string
             } catch (system_error const& e) {
                 if (is_abort(e)) throw;
                 if (e.code() == make_error_code(error::lock_conflict)) throw;
-                if (is_lease_not_found(e)) fatal = make_error_code(error::session_invalidated);
+                if (etcd_lease_not_found(e)) fatal = make_error_code(error::session_invalidated);
                 else transient = true;
             }
             if (fatal) {
@@ -359,7 +359,7 @@ asio::awaitable<std::shared_ptr<scope_state>> etcd_session::campaign(std::string
         // A cancelled campaign withdraws its candidacy (as etcd's Campaign does).
         co_await asio::this_coro::reset_cancellation_state();
         try {
-            auto withdraw = resign(client, own_key, my_rev);
+            auto withdraw = etcd_resign(client, own_key, my_rev);
             co_await with_deadline(std::move(withdraw), clock::now() + 2s);
         } catch (system_error const&) {
         }
@@ -403,7 +403,7 @@ asio::awaitable<boost::system::error_code> etcd_election_scope::check_held() {
     auto self = shared_from_this();
     std::string own_key = key;
     auto v = co_await read_view(client, own_key, prefix, 0);
-    if (!v.own || v.own->create_revision != static_cast<std::int64_t>(token)) co_return co_await why_gone(client, lease);
+    if (!v.own || v.own->create_revision != static_cast<std::int64_t>(token)) co_return co_await etcd_why_gone(client, lease);
     if (v.own->lease != lease) co_return make_error_code(error::released_by_other);
     if (!v.other || v.other->key != own_key) co_return make_error_code(error::released_by_other);
     co_return boost::system::error_code{};
@@ -433,7 +433,7 @@ asio::awaitable<void> etcd_election_scope::monitor() {
                 for (auto const& ev : r.events) {
                     from = ev.kv.mod_revision + 1;
                     if (ev.type == etcd::event_type::del) {
-                        why = co_await why_gone(client, lease);
+                        why = co_await etcd_why_gone(client, lease);
                         break;
                     }
                     if (ev.kv.create_revision != static_cast<std::int64_t>(token) || ev.kv.lease != lease) {
@@ -462,7 +462,7 @@ asio::awaitable<void> etcd_election_scope::monitor() {
                 auto r = co_await client.range(own_key, end, ro);
                 if (status != scope_status::held) co_return;
                 if (r.kvs.empty() || r.kvs.front().create_revision != static_cast<std::int64_t>(token)) {
-                    auto g = co_await why_gone(client, lease);
+                    auto g = co_await etcd_why_gone(client, lease);
                     if (status != scope_status::held) co_return;
                     if (g == make_error_code(error::session_invalidated)) sess->lease_gone();
                     lose(g);

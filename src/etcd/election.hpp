@@ -24,9 +24,20 @@ namespace tenure::detail {
 // "%x" of a lease ID, as etcd's Go client formats it.
 std::string etcd_lease_hex(std::int64_t lease);
 
+// ---- key helpers shared by the election and the semaphore (semaphore.cpp;
+// put_candidate below too) ----
+
+bool etcd_lease_not_found(boost::system::system_error const& e);
+// Why our key is gone: session_invalidated when `lease` went with it, else
+// key_deleted.
+asio::awaitable<boost::system::error_code> etcd_why_gone(etcd::client& c, std::int64_t lease);
+// Deletes `key` if it still has create revision `rev` (etcd's Resign).
+asio::awaitable<void> etcd_resign(etcd::client& c, std::string key, std::int64_t rev);
+
 struct etcd_session;
 
-struct etcd_election_scope final : scope_state {
+// A held election key; etcd_permit_scope (semaphore.cpp) is a held slot.
+struct etcd_election_scope : scope_state {
     etcd_election_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, etcd::client& c,
                         std::string prefix, std::int64_t lease)
         : scope_state(std::move(s), std::move(k), std::move(v)), client(c), prefix(std::move(prefix)),
@@ -60,13 +71,17 @@ struct etcd_session final : session_impl {
 
     asio::awaitable<bool> renew_once() override;
     asio::awaitable<void> destroy_remote() override;
-    // A key: etcd's election (concurrency.Election). Slots: not yet
-    // (operation_not_supported, as tenure::semaphore documents).
+    // A key: etcd's election (concurrency.Election). Slots: the semaphore
+    // of semaphore.cpp (its key layout is documented on tenure::semaphore).
     asio::awaitable<std::shared_ptr<scope_state>> acquire(claim c) override;
     asio::awaitable<claim_holders> read(claim_kind kind, std::string key, int limit) override;
 
     asio::awaitable<std::shared_ptr<scope_state>> campaign(std::string name, std::string value, bool once);
     asio::awaitable<std::optional<leader_info>> read_leader(std::string name);
+    // semaphore.cpp: one of `limit` slots under `prefix`, and who holds them.
+    asio::awaitable<std::shared_ptr<scope_state>> acquire_slot(std::string prefix, int limit, std::string value,
+                                                               bool once);
+    asio::awaitable<claim_holders> read_slots(std::string prefix, int limit);
 
     // Called when etcd says our lease is gone: the session is lost now.
     void lease_gone();

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -1025,13 +1026,13 @@ BOOST_AUTO_TEST_CASE(bad_usage_says_what_is_wrong) {
         std::string message;
     };
     std::vector<bad> cases = {
-        {{"lock", "-etcd-endpoints", url(), "-n", "2", "itest-usage", "true"}, "-n > 1 (a semaphore) is Consul-only"},
         {{"lock", "-etcd-endpoints", url(), "-n", "0", "itest-usage", "true"}, "-n must be >= 1 (got 0)"},
         {{"lock", "-etcd-endpoints", url(), "-http-addr", "127.0.0.1:1", "itest-usage", "true"},
          "-http-addr (Consul) and -etcd-endpoints (etcd) exclude each other"},
         {{"lock", "-etcd-endpoints", url(), "-token", "x", "itest-usage", "true"}, "-token is a Consul option"},
         {{"lock", "-etcd-endpoints", "", "itest-usage", "true"}, "-etcd-endpoints needs at least one URL"},
         {{"lock", "-etcd-endpoints", url(), "/", "true"}, "the prefix names the election and must not be empty"},
+        {{"lock", "-etcd-endpoints", url(), "-n", "2", "/", "true"}, "the prefix names the semaphore and must not be empty"},
         {{"lock", "-etcd-endpoints", url(), "itest-usage"}, "a child command must be specified after the prefix"},
         {{"lock", "-session-ttl", "0s", "-etcd-endpoints", url(), "itest-usage", "true"}, "-session-ttl must be > 0 (got 0s)"},
         {{"leader", "-etcd-endpoints", url(), "a", "b"}, "exactly one key must be specified (got 2)"},
@@ -1069,6 +1070,80 @@ BOOST_AUTO_TEST_CASE(contenders_never_overlap_across_20_sigkills_of_the_holder) 
     auto const took = kill9_under_contention(args, 20, 3);
     BOOST_TEST_MESSAGE("etcd: SIGKILL of the holder to its child and grandchild gone: " << summary(took));
     for (double ms : took) BOOST_TEST(ms < 100.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// `tenure lock -n N` on etcd: tenure::semaphore with contender keys
+// <prefix>/<lease hex>, the N oldest holding.
+BOOST_FIXTURE_TEST_SUITE(cli_etcd_semaphore, cli_etcd_fixture)
+
+BOOST_AUTO_TEST_CASE(lock_n_2_runs_six_children_never_more_than_two_at_once) {
+    scratch_dir dir;
+    std::string const log = dir.file("stamps");
+    std::vector<std::unique_ptr<tenure_process>> procs;
+    for (int i = 0; i < 6; ++i) {
+        std::string id = std::to_string(i);
+        std::string script = "echo start " + id + " $(date +%s%N) $TENURE_SESSION $TENURE_FENCING_TOKEN $TENURE_LOCK_KEY >> " +
+                             log + "; sleep 0.4; echo end " + id + " $(date +%s%N) - - - >> " + log;
+        procs.push_back(std::make_unique<tenure_process>(lock_args("itest-sem", script, {"-n", "2"})));
+    }
+    for (auto& p : procs) {
+        auto rc = p->wait(30s);
+        BOOST_TEST(rc == 0, join_status(*p, rc));
+    }
+    struct stamp {
+        std::string kind, id;
+        long long ns = 0;
+        std::string session, token, key;
+    };
+    std::vector<stamp> stamps;
+    {
+        std::ifstream in(log);
+        stamp st;
+        while (in >> st.kind >> st.id >> st.ns >> st.session >> st.token >> st.key) stamps.push_back(st);
+    }
+    BOOST_TEST_REQUIRE(stamps.size() == 12u);
+    // Each child ran once, with the contender key and its create revision.
+    std::set<std::string> started, ended, tokens;
+    for (auto const& st : stamps) {
+        if (st.kind == "end") {
+            ended.insert(st.id);
+            continue;
+        }
+        started.insert(st.id);
+        tokens.insert(st.token);
+        BOOST_TEST(st.key == "itest-sem/" + st.session);
+        BOOST_TEST(std::stoll(st.token) > 0);
+    }
+    BOOST_TEST(started.size() == 6u);
+    BOOST_TEST(ended.size() == 6u);
+    BOOST_TEST(tokens.size() == 6u);
+    // Sweep the stamps in time order (an end before a start at the same
+    // instant): never more than two children at once.
+    std::sort(stamps.begin(), stamps.end(), [](stamp const& a, stamp const& b) {
+        if (a.ns != b.ns) return a.ns < b.ns;
+        return a.kind == "end" && b.kind != "end";
+    });
+    int running = 0, most = 0;
+    for (auto const& st : stamps) {
+        running += st.kind == "start" ? 1 : -1;
+        most = std::max(most, running);
+        BOOST_TEST(running <= 2);
+        BOOST_TEST(running >= 0);
+    }
+    BOOST_TEST_MESSAGE("most children at once: " << most);
+    BOOST_TEST(most >= 1);
+    // Every contender key is gone with its holder.
+    auto left = etcd_call<std::int64_t>(url(), [](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
+        std::string key = "itest-sem/";
+        std::string end = tenure::etcd::prefix_end(key);
+        tenure::etcd::range_options o;
+        o.count_only = true;
+        auto r = co_await c.range(key, end, o);
+        co_return r.count;
+    });
+    BOOST_TEST(left == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -103,7 +103,8 @@ struct lock_config {
     std::string prefix;
     std::vector<std::string> child_args;
     // Consul: the key <prefix>/.lock. etcd: the election name <prefix> (keys
-    // <prefix>/<lease hex>, as `etcdctl lock` and `etcdctl elect` use).
+    // <prefix>/<lease hex>, as `etcdctl lock` and `etcdctl elect` use). With
+    // -n > 1 the semaphore's prefix is cfg.prefix on both.
     std::string key() const {
         if (on_etcd) return prefix;
         return prefix.empty() ? std::string(".lock") : prefix + "/.lock";
@@ -664,12 +665,15 @@ asio::awaitable<int> lock_command::run(consul::client* consul_client, etcd::clie
         info("agent node " + quote(self->node_name) + ", datacenter " + quote(self->datacenter));
     }
 
-    if (etcd_client) {
+    if (cfg_.limit > 1) {
+        info("Setting up semaphore (limit " + std::to_string(cfg_.limit) + ") at prefix: " + cfg_.prefix +
+             (etcd_client ? " (keys " + cfg_.prefix + "/<lease id in hex>; the oldest " +
+                                std::to_string(cfg_.limit) + " hold)"
+                          : std::string()));
+    } else if (etcd_client) {
         info("Setting up lock at election name: " + cfg_.key() + " (keys " + cfg_.key() + "/<lease id in hex>)");
-    } else if (cfg_.limit == 1) {
-        info("Setting up lock at path: " + cfg_.key());
     } else {
-        info("Setting up semaphore (limit " + std::to_string(cfg_.limit) + ") at prefix: " + cfg_.prefix);
+        info("Setting up lock at path: " + cfg_.key());
     }
     print_timing();
 
@@ -1185,12 +1189,9 @@ lock_config parse_lock_flags(std::vector<std::string> const& args, bool& help) {
     std::string prefix = rest.front();
     while (!prefix.empty() && prefix.front() == '/') prefix.erase(0, 1);
     cfg.prefix = clean_prefix(prefix);
-    if (cfg.on_etcd && cfg.limit > 1)
-        throw usage_error("-n > 1 (a semaphore) is Consul-only; with etcd use -n 1 (got -n " +
-                          std::to_string(cfg.limit) + ")");
     if (cfg.on_etcd && cfg.prefix.empty())
-        throw usage_error("with etcd the prefix names the election and must not be empty (got " +
-                          quote(rest.front()) + ")");
+        throw usage_error(std::string("with etcd the prefix names the ") + (cfg.limit > 1 ? "semaphore" : "election") +
+                          " and must not be empty (got " + quote(rest.front()) + ")");
     cfg.child_args.assign(rest.begin() + 1, rest.end());
     if (cfg.name.empty()) cfg.name = "Consul lock for '" + join(cfg.child_args) + "' at '" + prefix + "'";
     return cfg;
@@ -1237,8 +1238,12 @@ void lock_help(std::ostream& os) {
           "  <prefix>` and `etcdctl elect <prefix>`), the oldest key holds the lock, and\n"
           "  the fencing token is its create revision. The child gets the same\n"
           "  variables (TENURE_LOCK_KEY is the candidate key, TENURE_SESSION the lease\n"
-          "  id in hex); everything else above applies. -n must be 1 there, and\n"
-          "  `tenure leader -etcd-endpoints ... <prefix>` shows the holder.\n\n"
+          "  id in hex); everything else above applies, and `tenure leader\n"
+          "  -etcd-endpoints ... <prefix>` shows the holder. With -n N > 1 on etcd the\n"
+          "  keys are the same, <prefix>/<lease id in hex>, and the N oldest hold a\n"
+          "  slot each (no .lock key; every contender must use the same -n); the\n"
+          "  fencing token is the own key's create revision, and -lock-delay does\n"
+          "  not apply.\n\n"
           "  Exit status: 0 when the child ran, also when it was stopped because the\n"
           "  lock was lost; 2 with -child-exit-code when the child exited non-zero (or\n"
           "  could not be started; a child whose supervisor was killed counts as killed\n"
@@ -1249,7 +1254,8 @@ void lock_help(std::ostream& os) {
           "Command Options:\n\n"
           "  -n=<int>\n"
           "     Limit on the number of concurrent holders. Above 1 the lock becomes a\n"
-          "     semaphore (Consul's layout: <prefix>/<session> and <prefix>/.lock).\n"
+          "     semaphore (Consul's layout: <prefix>/<session> and <prefix>/.lock; on\n"
+          "     etcd <prefix>/<lease id in hex>, the N oldest holding).\n"
           "     Default: 1\n\n"
           "  -name=<string>\n"
           "     Name of the lock's session. Default: \"Consul lock for '<child>' at\n"
