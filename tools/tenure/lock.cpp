@@ -63,6 +63,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -494,6 +495,7 @@ private:
     };
     asio::awaitable<std::optional<report_line>> next_report();
     asio::awaitable<bool> await_command_start(bp::process& supervisor);
+    void forward_signal(int sig);
     asio::awaitable<int> await_supervisor_exit(bp::process& supervisor);
     void let_go_of_supervisor();
     asio::awaitable<int> wait_child_and_group(bp::process& supervisor);
@@ -532,6 +534,7 @@ private:
     std::optional<asio::posix::stream_descriptor> report_;  // the supervisor's reports
     std::string report_buf_;
     pid_t pgid_ = -1;
+    std::optional<int> pending_signal_;  // caught while pgid_ was not known yet
     bool took_terminal_ = false;
 
     // Termination of the child's process group.
@@ -611,6 +614,13 @@ void lock_command::print_timing() const {
          " is accepted for compatibility: tenure retries transient errors until the session's local deadline");
 }
 
+void lock_command::forward_signal(int sig) {
+    info("caught " + describe_signal(sig) + "; forwarding it to the child's process group " + std::to_string(pgid_));
+    signal_group(sig, true);
+    if (sig == SIGTERM) sigterm_sent_ = true;
+    if (sig != SIGHUP) begin_termination("shutdown (" + describe_signal(sig) + ")", false, true);
+}
+
 asio::awaitable<void> lock_command::signal_loop() {
     for (;;) {
         auto [ec, sig] = co_await signals_.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -621,14 +631,13 @@ asio::awaitable<void> lock_command::signal_loop() {
             shutdown_.set();
             break;
         case phase::child:
+            // Before the supervisor has told the command's pid, the command
+            // may run already (and say so): the signal is forwarded as soon
+            // as its group is known (supervise()).
             if (pgid_ <= 0) {
-                shutdown_.set();  // the child is being started: supervise() stops it at once
+                if (!pending_signal_) pending_signal_ = sig;
             } else {
-                info("caught " + describe_signal(sig) + "; forwarding it to the child's process group " +
-                     std::to_string(pgid_));
-                signal_group(sig, true);
-                if (sig == SIGTERM) sigterm_sent_ = true;
-                if (sig != SIGHUP) begin_termination("shutdown (" + describe_signal(sig) + ")", false, true);
+                forward_signal(sig);
             }
             break;
         case phase::cleanup:
@@ -1126,13 +1135,17 @@ asio::awaitable<lock_command::child_result> lock_command::supervise(session& s, 
     std::optional<bp::process> supervisor = start_supervisor(co_await asio::this_coro::executor, env, take_terminal);
     if (!supervisor) co_return result;
     took_terminal_ = take_terminal;  // the command takes it before its exec
-    if (!co_await await_command_start(*supervisor)) co_return result;
+    if (!co_await await_command_start(*supervisor)) {
+        if (pending_signal_) shutdown_.set();
+        co_return result;
+    }
     result.started = true;
     info("child pid " + std::to_string(pgid_) + " in its own process group, started by the supervisor (pid " +
          std::to_string(supervisor_pid_) + ")");
 
-    // A signal that arrived before the child existed.
+    // A signal that arrived before the child existed, or before its pid was known.
     if (shutdown_.is_set()) begin_termination("shutdown", true, true);
+    else if (pending_signal_) forward_signal(*std::exchange(pending_signal_, std::nullopt));
 
     // Renewal state changes wake the deadline watchdog.
     std::weak_ptr<asio::steady_timer> wake = watchdog_wake_;
