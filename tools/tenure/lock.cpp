@@ -989,7 +989,8 @@ asio::awaitable<void> lock_command::drain_group() {
         steady::time_point give_up = steady::time_point::max();
         while (group_alive()) {
             auto const now = steady::now();
-            steady::time_point wake = kill_at_ + 100ms;
+            // Just after the SIGKILL is due; kill_at_ may be "never" (max).
+            steady::time_point wake = kill_at_ < steady::time_point::max() - 100ms ? kill_at_ + 100ms : kill_at_;
             if (killed_) {
                 // Members that are not our children cannot be reaped here;
                 // look again shortly, for a bounded time.
