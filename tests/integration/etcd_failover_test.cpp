@@ -21,6 +21,8 @@
 #include <tenure/leadership_scope.hpp>
 #include <tenure/session.hpp>
 
+#include "run_on.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -63,22 +65,9 @@ using boost::system::system_error;
 
 namespace {
 
-// Runs a scenario on an io_context with a time limit.
 void run_scenario(asio::io_context& ioc, std::function<asio::awaitable<void>()> const& f,
                   std::chrono::seconds limit = 60s) {
-    std::exception_ptr ep;
-    bool done = false;
-    asio::co_spawn(ioc, f(), [&](std::exception_ptr e) {
-        ep = e;
-        done = true;
-        ioc.stop();
-    });
-    ioc.restart();
-    ioc.run_for(limit);
-    BOOST_REQUIRE_MESSAGE(done, "scenario did not finish within " << limit.count() << "s");
-    if (ep) std::rethrow_exception(ep);
-    ioc.restart();
-    ioc.run_for(300ms);  // background releases and closes
+    tenure::itest::run_scenario(ioc, f, limit);
 }
 
 asio::awaitable<void> pause(std::chrono::milliseconds d) {

@@ -28,4 +28,14 @@ inline void run_on(boost::asio::io_context& io, std::function<boost::asio::await
     if (error) std::rethrow_exception(error);
 }
 
+// run_on from a fresh start, then 300 ms more for the background releases and
+// closes the body left behind (a scope's destructor, a session's close).
+inline void run_scenario(boost::asio::io_context& io, std::function<boost::asio::awaitable<void>()> const& body,
+                         std::chrono::steady_clock::duration limit = std::chrono::seconds{60}) {
+    io.restart();
+    run_on(io, body, limit);
+    io.restart();
+    io.run_for(std::chrono::milliseconds{300});
+}
+
 }  // namespace tenure::itest
