@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -26,7 +27,11 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     fuzz::agent::request req{method, target, 11};
     req.set(http::field::host, "127.0.0.1:8500");
     req.body() = input.substr(nl + 1);
-    req.prepare_payload();
+    try {
+        req.prepare_payload();
+    } catch (std::invalid_argument const&) {
+        return 0;  // Beast refuses such a message (a body on TRACE): it cannot reach the agent
+    }
     if (f.api.check_header(req.base())) return 0;
     f.serve(req);
     return 0;
