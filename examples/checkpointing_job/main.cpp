@@ -20,8 +20,8 @@
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
-#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
+#include <tenure/fenced_write.hpp>
 
 #include <boost/asio.hpp>
 
@@ -63,12 +63,8 @@ asio::awaitable<int> load_checkpoint(tenure::consul::client& consul) {
     co_return std::stoi(*found.value->value);
 }
 
-std::vector<tenure::consul::txn_op> checkpoint_write(int step) {
-    tenure::consul::txn_op set;
-    set.verb = "set";
-    set.key = checkpoint_key;
-    set.value = std::to_string(step);
-    return {set};
+std::vector<tenure::write_op> checkpoint_write(int step) {
+    return {tenure::write_op::put(checkpoint_key, std::to_string(step))};
 }
 
 // The job, run under the scope: every await in it is cancelled the moment
@@ -98,9 +94,8 @@ asio::awaitable<void> export_job(tenure::leadership_scope& lead, tenure::consul:
         // 4. The checkpoint, fenced: the server refuses it if our session no
         //    longer holds the leader key, however late we are.
         auto writes = checkpoint_write(step);
-        auto [ec, committed] =
-            co_await tenure::consul::fenced_put(lead, consul, std::move(writes), asio::as_tuple(asio::use_awaitable));
-        if (ec || !committed) {
+        auto [ec, used] = co_await tenure::fenced_write(lead, std::move(writes), asio::as_tuple(asio::use_awaitable));
+        if (ec) {
             say(name, "checkpoint of step " + std::to_string(step) + " refused: " + ec.message());
             co_return;
         }

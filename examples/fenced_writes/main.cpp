@@ -3,16 +3,17 @@
 // started. Locks are advisory; the fencing token is what stops it:
 //   - a protected resource (tenure::fence) rejects the write stamped with the
 //     old token, because it has already seen the new leader's larger one;
-//   - a write into Consul KV through consul::fenced_put is refused by the
-//     server, because the old leader's session no longer holds the key.
+//   - a write into the coordination store itself through tenure::fenced_write
+//     is refused by the server, because the old leader's session no longer
+//     holds the key (the same call on etcd: a txn on the key's lease).
 //
 // Node A runs on its own io_context; the pause is simply not running it
 // while the agent and node B go on. Exits 0 when both stale writes were refused.
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
-#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
+#include <tenure/fenced_write.hpp>
 
 #include <boost/asio.hpp>
 
@@ -51,12 +52,8 @@ tenure::session_options session_opts(std::string name) {
     return o;
 }
 
-std::vector<tenure::consul::txn_op> kv_write(std::string k, std::string v) {
-    tenure::consul::txn_op op;
-    op.verb = "set";
-    op.key = std::move(k);
-    op.value = std::move(v);
-    return {op};
+std::vector<tenure::write_op> kv_write(std::string k, std::string v) {
+    return {tenure::write_op::put(std::move(k), std::move(v))};
 }
 
 }  // namespace
@@ -99,8 +96,8 @@ int main() {
             lead_a = co_await e.acquire();
             std::cout << "    node A leads with fencing token " << lead_a.token() << "\n";
             resource.write(lead_a.fencing(), "A: debit 100");
-            bool ok = co_await tenure::consul::fenced_put(lead_a, client_a, kv_write("ledger/last", "A: debit 100"));
-            std::cout << "    consul KV: A's fenced write " << (ok ? "committed" : "refused") << "\n";
+            auto used = co_await tenure::fenced_write(lead_a, kv_write("ledger/last", "A: debit 100"));
+            std::cout << "    consul KV: A's fenced write committed under token " << used.value << "\n";
             a_ready = true;
         },
         asio::detached);
@@ -122,8 +119,8 @@ int main() {
             std::cout << "    node B leads with fencing token " << lead_b.token() << " (" << waited
                       << " s into A's pause)\n";
             resource.write(lead_b.fencing(), "B: credit 50");
-            bool ok = co_await tenure::consul::fenced_put(lead_b, client_b, kv_write("ledger/last", "B: credit 50"));
-            std::cout << "    consul KV: B's fenced write " << (ok ? "committed" : "refused") << "\n";
+            auto used = co_await tenure::fenced_write(lead_b, kv_write("ledger/last", "B: credit 50"));
+            std::cout << "    consul KV: B's fenced write committed under token " << used.value << "\n";
             b_done = true;
         },
         asio::detached);
@@ -137,12 +134,11 @@ int main() {
         io_a,
         [&]() -> asio::awaitable<void> {
             if (!resource.write(lead_a.fencing(), "A: debit 100 (again)")) ++refused;
-            auto [ec, ok] = co_await tenure::consul::fenced_put(lead_a, client_a,
-                                                                kv_write("ledger/last", "A: debit 100 (again)"),
-                                                                asio::as_tuple(asio::use_awaitable));
-            std::cout << "    consul KV: A's fenced write " << (ok ? "committed" : "refused") << " ("
+            auto [ec, used] = co_await tenure::fenced_write(lead_a, kv_write("ledger/last", "A: debit 100 (again)"),
+                                                            asio::as_tuple(asio::use_awaitable));
+            std::cout << "    consul KV: A's fenced write " << (ec ? "refused" : "committed") << " ("
                       << (ec ? ec.message() : std::string("ok")) << ")\n";
-            if (!ok) ++refused;
+            if (ec == tenure::error::not_held) ++refused;
             a_done = true;
         },
         asio::detached);

@@ -10,8 +10,8 @@
 ///       tenure::fence gate;
 ///       if (!gate.admit(request.fencing)) return reject("stale leader");
 ///
-/// - tenure::consul::fenced_put (tenure/consul/fenced_put.hpp), for writes
-///   into Consul KV itself.
+/// - tenure::fenced_write (tenure/fenced_write.hpp), for writes into the
+///   coordination store itself (Consul KV, etcd), checked by the server.
 #pragma once
 
 #include <tenure/leadership_scope.hpp>

@@ -15,6 +15,14 @@ consul::read_options consistent_read(std::uint64_t index = 0,
 
 struct consul_session;
 
+// fenced_put.cpp: `writes` in one /v1/txn whose op 0 is a check-session of
+// `key` for `session`. Throws not_held when that guard fails (or `key` or
+// `session` is empty); other refusals come back as the result.
+asio::awaitable<consul::txn_result> consul_guarded_txn(consul::client& c, std::string key, std::string session,
+                                                       std::vector<consul::txn_op> writes);
+// scope_state::fenced_write of a Consul scope (its key, its session).
+asio::awaitable<bool> consul_fenced_write(consul::client& c, scope_state const& s, std::vector<write_op> writes);
+
 struct consul_lock_scope final : scope_state {
     consul_lock_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, consul::client& c,
                       std::shared_ptr<kv_watch_hub> h = nullptr)
@@ -34,6 +42,9 @@ struct consul_lock_scope final : scope_state {
     asio::awaitable<void> monitor() override;
     asio::awaitable<void> send_release() override;
     asio::awaitable<boost::system::error_code> check_held() override;
+    asio::awaitable<bool> fenced_write(std::vector<write_op> writes) override {
+        return consul_fenced_write(client, *this, std::move(writes));
+    }
 
 private:
     asio::awaitable<void> send_release_once();

@@ -245,6 +245,11 @@ struct consul_permit_scope final : scope_state {
         co_return co_await judge(r.value);
     }
 
+    // The guard is the contender key (see fenced_write.hpp).
+    asio::awaitable<bool> fenced_write(std::vector<write_op> writes) override {
+        return consul_fenced_write(client, *this, std::move(writes));
+    }
+
     // Semaphore.Release: remove ourselves from `.lock` by CAS (re-read on a
     // lost race), then delete the contender key.
     asio::awaitable<void> send_release() override {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <tenure/election.hpp>
+#include <tenure/fenced_write.hpp>
 #include <tenure/leadership_scope.hpp>
 #include <tenure/semaphore.hpp>
 #include <tenure/session.hpp>
@@ -157,6 +158,10 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     // Checks with a consistent read that the key is still ours: {} if so,
     // else why not.
     virtual asio::awaitable<boost::system::error_code> check_held() = 0;
+    // Applies `writes` in one transaction the server commits only while this
+    // scope's session holds its key (fenced_write.hpp): false when refused.
+    // The writes' keys are not empty.
+    virtual asio::awaitable<bool> fenced_write(std::vector<write_op> writes) = 0;
 
     // True when the monitor should see the release through instead of being
     // cancelled: cancelling an HTTP blocking query closes its keep-alive
@@ -174,6 +179,7 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
 
 struct scope_access {
     static leadership_scope make(std::shared_ptr<scope_state> s) { return leadership_scope(std::move(s)); }
+    static std::shared_ptr<scope_state> const& state(leadership_scope const& s) noexcept { return s.state_; }
 };
 
 }  // namespace tenure::detail

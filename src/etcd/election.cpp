@@ -409,6 +409,33 @@ asio::awaitable<boost::system::error_code> etcd_election_scope::check_held() {
     co_return boost::system::error_code{};
 }
 
+// The guard of concurrency.Mutex's IsOwner, plus the lease: our key, with
+// the token's create revision, on our lease. (A key that is still ours is
+// still the leader, or still admitted: keys created later sort behind it.)
+asio::awaitable<bool> etcd_election_scope::fenced_write(std::vector<write_op> writes) {
+    auto self = shared_from_this();
+    std::vector<etcd::compare> guard;
+    guard.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal, static_cast<std::int64_t>(token)));
+    guard.push_back(etcd::compare::lease(key, etcd::compare_result::equal, lease));
+    std::vector<etcd::request_op> ops;
+    ops.reserve(writes.size());
+    for (auto& w : writes) {
+        if (w.op == write_op::kind::put) {
+            etcd::put_op put;
+            put.key = std::move(w.key);
+            put.value = std::move(w.value);
+            ops.emplace_back(std::move(put));
+        } else {
+            etcd::delete_op del;
+            del.key = std::move(w.key);
+            ops.emplace_back(std::move(del));
+        }
+    }
+    std::vector<etcd::request_op> no_ops;
+    auto r = co_await client.txn(std::move(guard), std::move(ops), std::move(no_ops));
+    co_return r.succeeded;
+}
+
 // Watches the own key: loss when it is deleted (key_deleted, or
 // session_invalidated when the lease went with it) or re-created / taken
 // over by another lease. Transient errors are retried: the session's local

@@ -51,6 +51,7 @@ struct etcd_election_scope : scope_state {
     asio::awaitable<void> monitor() override;
     asio::awaitable<void> send_release() override;
     asio::awaitable<boost::system::error_code> check_held() override;
+    asio::awaitable<bool> fenced_write(std::vector<write_op> writes) override;
 };
 
 struct etcd_session final : session_impl {

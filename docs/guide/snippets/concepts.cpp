@@ -4,8 +4,8 @@
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
-#include <tenure/consul/fenced_put.hpp>
 #include <tenure/fence.hpp>
+#include <tenure/fenced_write.hpp>
 
 #include <boost/asio.hpp>
 
@@ -85,17 +85,14 @@ struct ledger {
 //]
 
 //[confirm
-asio::awaitable<void> step(tenure::leadership_scope& lead, tenure::consul::client& consul) {
+asio::awaitable<void> step(tenure::leadership_scope& lead) {
     if (!co_await lead.confirm()) co_return;  // a consistent read: are we still the holder?
     publish(lead.token());
 
-    tenure::consul::txn_op set;
-    set.verb = "set";
-    set.key = "service/report/last-run";
-    set.value = std::to_string(lead.token());
-    std::vector<tenure::consul::txn_op> writes{set};
-    bool committed = co_await tenure::consul::fenced_put(lead, consul, std::move(writes));
-    std::cout << (committed ? "recorded\n" : "one of the writes failed\n");
+    // Applied only while our session holds the key, on Consul and on etcd.
+    std::vector<tenure::write_op> writes{tenure::write_op::put("service/report/last-run", std::to_string(lead.token()))};
+    tenure::fencing_token used = co_await tenure::fenced_write(lead, std::move(writes));
+    std::cout << "recorded under token " << used.value << "\n";
 }
 //]
 
@@ -118,9 +115,9 @@ asio::awaitable<void> scenario(tenure::consul::client& consul, tenure::consul::c
         asio::detached);
     co_await lead(election);
 
-    // confirm() and fenced_put while leading; both refused once deposed.
+    // confirm() and fenced_write while leading; both refused once deposed.
     tenure::leadership_scope scope = co_await election.acquire();
-    co_await step(scope, consul);
+    co_await step(scope);
     auto recorded = co_await consul.kv_get("service/report/last-run");
     expect(recorded.value && recorded.value->value == std::to_string(scope.token()), "fenced write applied");
     co_await other.kv_delete("service/report/leader");

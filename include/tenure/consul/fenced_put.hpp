@@ -1,8 +1,12 @@
 /// @file
-/// tenure::consul::fenced_put - writes into Consul KV that only a current
+/// tenure::consul::fenced_put - any Consul transaction that only a current
 /// holder can make: one /v1/txn that first checks, on the server, that the
-/// scope's session still holds the scope's key, then applies the writes; a
-/// stale leader's transaction is refused as a whole and writes nothing.
+/// scope's session still holds the scope's key, then applies the ops; a stale
+/// leader's transaction is refused as a whole and writes nothing.
+///
+/// For plain puts and removals use tenure::fenced_write (fenced_write.hpp):
+/// the same guard, no client argument, and it runs unchanged on etcd. This is
+/// the Consul-only form for ops it has no word for (a cas, a check-index, a get).
 #pragma once
 
 #include <tenure/consul/client.hpp>
@@ -37,12 +41,14 @@ boost::asio::awaitable<bool> fenced_put_impl(std::string key, std::string sessio
 ///   holds its key (or the scope is empty); nothing was written;
 /// - `({}, false)`: the guard held but one of `writes` failed (a stale cas, a
 ///   check of yours...); nothing was written;
+/// - `(std::errc::invalid_argument, false)`: more than 63 ops (Consul takes 64
+///   in a transaction, the guard included); nothing was sent;
 /// - `(transport or HTTP error, false)`.
 /// @async_cancellation
 /// Terminal: completes with `operation_aborted`; the transaction may still have
 /// been applied.
 /// @async_errors
-/// `error::not_held`; transport and HTTP errors.
+/// `error::not_held`; `std::errc::invalid_argument`; transport and HTTP errors.
 /// @async_lifetimes
 /// The client must outlive the operation. The scope's key and session id are
 /// copied when the operation starts; `writes` is taken by value.
