@@ -1146,4 +1146,54 @@ BOOST_AUTO_TEST_CASE(lock_n_2_runs_six_children_never_more_than_two_at_once) {
     BOOST_TEST(left == 0);
 }
 
+BOOST_AUTO_TEST_CASE(a_sigkilled_holders_permit_returns_after_its_lease) {
+    // Two holders of -n 2 and a waiter; one holder's `tenure lock` is
+    // SIGKILLed, so nothing releases its contender key: the permit comes
+    // back when etcd expires the lease, and the waiter's child starts then,
+    // never beside the killed holder's (which dies with its supervisor).
+    scratch_dir dir;
+    auto const args = [&](int id) {
+        std::string const pids = dir.file(std::to_string(id) + ".pids");
+        return lock_args("itest-sem-kill9", "echo $$ > " + pids + ".tmp && mv " + pids + ".tmp " + pids + "; sleep 300",
+                         {"-n", "2", "-session-ttl", "1s"});
+    };
+    std::vector<std::unique_ptr<tenure_process>> procs;
+    for (int i = 0; i < 2; ++i) procs.push_back(std::make_unique<tenure_process>(args(i)));
+    std::vector<pid_t> children;
+    for (int i = 0; i < 2; ++i) {
+        auto pids = await_pids(dir.file(std::to_string(i) + ".pids"));
+        BOOST_TEST_REQUIRE(pids.size() == 1u, "holder " << i << " did not start; stderr:\n" << procs[i]->err());
+        children.push_back(pids[0]);
+    }
+    procs.push_back(std::make_unique<tenure_process>(args(2)));
+    // The waiter has its contender key behind the two holders' before the kill.
+    bool queued = false;
+    for (auto const deadline = steady::now() + 10s; !queued && steady::now() < deadline; ::usleep(2000)) {
+        auto n = etcd_call<std::int64_t>(url(), [](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
+            std::string key = "itest-sem-kill9/";
+            std::string end = tenure::etcd::prefix_end(key);
+            tenure::etcd::range_options o;
+            o.count_only = true;
+            auto r = co_await c.range(key, end, o);
+            co_return r.count;
+        });
+        queued = n == 3;
+    }
+    BOOST_TEST_REQUIRE(queued, "the waiter wrote no contender key; stderr:\n" << procs[2]->err());
+    BOOST_TEST_REQUIRE(!std::filesystem::exists(dir.file("2.pids")), "a third child ran beside two holders");
+
+    auto const t0 = steady::now();
+    procs[0]->signal(SIGKILL);
+    BOOST_TEST(procs[0]->wait() == 128 + SIGKILL);
+    auto const gone = await_gone({children[0]}, t0);
+    BOOST_TEST_REQUIRE(gone.has_value(), "the killed holder's child outlived it");
+    auto const pids = await_pids(dir.file("2.pids"), 15s);
+    auto const took = steady::now() - t0;
+    BOOST_TEST_REQUIRE(pids.size() == 1u, "the permit did not come back; stderr:\n" << procs[2]->err());
+    BOOST_TEST_MESSAGE("SIGKILL of a holder to the waiter's child running: " << to_ms(took) << " ms (lease 1 s)");
+    // The other holder kept its permit throughout.
+    BOOST_TEST(process_alive(children[1]));
+    BOOST_TEST(*gone < took);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
