@@ -292,17 +292,9 @@ asio::awaitable<result_set> run::go() {
     prepare_run();
     install_hooks();
     start_candidates(co_await asio::this_coro::executor);
-    try {
-        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
-        for (int i = 0; i < n; ++i) {
-            print_progress(6, be_.name(), sc_.name, k_, i, n);
-            leader = co_await handover(*leader, i, out.samples);
-        }
-        print_progress(6, be_.name(), sc_.name, k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        print_stopped(be_.name(), sc_.name, k_, out.samples.size(), e.what());
-    }
+    co_await run_handovers<candidate>(
+        sc_, be_.name(), 6, k_, n, 10s + 20ms * k_, [this](steady::time_point d) { return next_winner(d); },
+        [this](candidate* c, int i, std::vector<sample>& v) { return handover(*c, i, v); }, out.samples);
     cands_.warn_double_wins();
     co_await shut_down();
     out.load = loadavg();
@@ -359,7 +351,7 @@ void run::start_candidates(asio::any_io_executor ex) {
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
     bool const probe = sc_.name == "probe";
     cands_.start(
-        ex, local, [this] { return be_.make_client(); }, key_, so_,
+        ex, local, [this] { return be_.make_client(); }, key_, so_, sc_.permits,
         [probe](candidate& c, tenure::session_options& so) {
             if (!probe) return;
             auto flag = std::make_shared<bool>(false);

@@ -38,6 +38,11 @@ struct scenario_def {
     leader_kind leader;
     std::string etcd_title;  // what the scenario is on etcd; empty: not measured there
     bool etcdctl = false;    // measured with the `etcdctl elect` baseline too
+    int permits = 0;         // a tenure::semaphore with this limit instead of an election
+
+    bool semaphore() const { return permits > 0; }
+    // The term ends with a clean release: the session lives on and campaigns again.
+    bool releases() const { return name == "clean" || semaphore(); }
 };
 
 inline std::vector<scenario_def> const all_scenarios = {

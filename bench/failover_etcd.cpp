@@ -246,17 +246,9 @@ asio::awaitable<result_set> etcd_run::go() {
         new_result_set("etcd", sc_.name, k_, 0, static_cast<double>(std::chrono::milliseconds(ttl()).count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
     co_await prepare_run();
-    try {
-        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
-        for (int i = 0; i < n; ++i) {
-            print_progress(7, "etcd", sc_.name, k_, i, n);
-            leader = co_await handover(leader, i, out.samples);
-        }
-        print_progress(7, "etcd", sc_.name, k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        print_stopped("etcd", sc_.name, k_, out.samples.size(), e.what());
-    }
+    co_await run_handovers<etcd_candidate>(
+        sc_, "etcd", 7, k_, n, 10s + 50ms * k_, [this](steady::time_point d) { return next_winner(d); },
+        [this](etcd_candidate* c, int i, std::vector<sample>& v) { return handover(c, i, v); }, out.samples);
     cands_.warn_double_wins();
     co_await shut_down();
     out.load = loadavg();
@@ -275,7 +267,7 @@ asio::awaitable<void> etcd_run::prepare_run() {
 
     // K candidates, or K-1 beside the raw lease / the child.
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
-    cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_);
+    cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_, sc_.permits);
 }
 
 // One handover, from `leader`'s term to the next leader's: appends its sample
