@@ -32,6 +32,10 @@
 //              (TTL/3); it starts at a random phase of the expiry check. etcdctl: SIGKILL; the next leader waits for the
 //              killed process's 60 s lease (Go keepalive every 20 s, so
 //              40-60 s); the kill comes at a random moment of that cycle.
+//   sem-clean  etcd: a tenure::semaphore (limit 2) on the election's prefix:
+//              the oldest holder's permit.release() deletes its key; the
+//              waiter whose window held that key reads its rank again (one
+//              txn) and is admitted. Not measured with etcdctl.
 #include "failover.hpp"
 
 #include "etcd_cluster.hpp"
@@ -188,6 +192,7 @@ private:
         std::string leader_key;
         std::int64_t raw_lease = 0;  // ttl: the lease that holds the key
         steady::time_point t0{}, t_renew{};
+        steady::time_point t_answered{};  // semaphore: permit.release() returned
     };
 
     asio::awaitable<void> prepare_run();
@@ -237,7 +242,8 @@ asio::awaitable<void> etcd_run::hold() {
                                  std::to_string(k_));
     // Watches: two per waiting candidate (its predecessor, its own key), one for
     // the leader's scope (none for the raw lease), one for the prefix tracker.
-    long const want = 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
+    // A semaphore: one per waiter (on the prefix), one per holder's permit, the tracker's.
+    long const want = sc_.semaphore() ? k_ + 1L : 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
     co_await wait_parked_and_hold(server_, want, cfg_, k_);
 }
 
@@ -286,6 +292,7 @@ asio::awaitable<etcd_candidate*> etcd_run::handover(etcd_candidate* leader, int 
     sample s;
     s.lock_delay = 0;
     set_timings(s, sc_.name == "ttl", r.t0, t1, t3, r.t_renew);
+    if (sc_.semaphore()) s.release_answered = ms(r.t_answered - r.t0);
     samples.push_back(s);
     TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
 
@@ -386,8 +393,9 @@ asio::awaitable<void> etcd_run::park(round& r) {
 // 3. End the term.
 asio::awaitable<void> etcd_run::end_term(etcd_candidate& leader, round& r) {
     r.t0 = steady::now();
-    if (sc_.name == "clean") {
+    if (sc_.releases()) {
         co_await leader.scope.release(tuple_awaitable);
+        r.t_answered = steady::now();
     } else if (sc_.name == "destroy-0") {
         auto const lease = lease_of(leader.s.id());
         co_await leader.cl->lease_revoke(lease);
