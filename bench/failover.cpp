@@ -1,6 +1,8 @@
 // failover: handover latency of the election — from the moment a leader's term
 // ends to the moment the next candidate's election.acquire() resolves — as a
-// distribution over many handovers, per scenario, backend and candidate count.
+// distribution over many handovers, per scenario, backend and candidate count;
+// and of the semaphore (sem-clean): a permit holder's clean release -> a parked
+// waiter's semaphore.acquire() resolved.
 //
 //   failover [--quick | --full] [--scenario LIST] [--backend LIST] [--candidates LIST]
 //            [--handovers N] [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D]
@@ -11,8 +13,9 @@
 //
 // --quick (the default: 20 handovers, 4 for probe/ttl/kill, TTL 300 ms, D 50 ms; etcd's
 // lease TTL is T rounded up to whole seconds, at least 1 s; etcdctl kill skipped) takes about
-// 2 minutes; --full (200 handovers, 30 for probe/ttl/kill, TTL 1 s, D 100 ms, 3 etcdctl kill
-// handovers of ~1 min each per K) about 40 minutes.
+// 2 minutes (sem-clean's rows on http, inproc and etcd add a few seconds each); --full (200
+// handovers, 30 for probe/ttl/kill, TTL 1 s, D 100 ms, 3 etcdctl kill handovers of ~1 min
+// each per K) about 40 minutes.
 // LISTs are comma-separated. A table goes to stdout, progress to stderr, one
 // CSV row per handover to --csv, and a CDF plot per scenario (PNG, gnuplot) to --plot.
 //
@@ -32,6 +35,14 @@
 //   kill        a real child process (this binary in --candidate mode: a tenure session with
 //               TTL T, renewed every T/2, and election.acquire()) leads and is SIGKILLed.
 //               Leadership ends at the kill; the server notices when the TTL lapses.
+//   sem-clean   a tenure::semaphore (limit 2) instead of an election: K contenders, 2
+//               holders (each holds until the bench says), K-2 waiters parked in
+//               semaphore.acquire(). The bench releases the holder admitted first
+//               (permit.release(): the `.lock` CAS without it, then the delete of its
+//               contender key; etcd: the delete of its key) and times it until a
+//               waiter's acquire() resolves; the released contender then waits again
+//               with the same session. Consul sessions with behavior delete_keys.
+//               K must exceed the limit (rows with K <= 2 are skipped).
 //
 // Backends: http (the `tenure agent` binary as a child process, one Consul HTTP client
 // per candidate over loopback keep-alive connections) and inproc (a tenure::agent on the
@@ -40,9 +51,9 @@
 // etcd (tenure's elections on etcd: a lease is the session, keepalive every TTL/3,
 // lock_delay 0) and etcdctl (the baseline: K `etcdctl elect` processes) run on one etcd
 // member that the bench starts on free loopback ports (etcd_cluster.hpp); they measure
-// clean, destroy-0 (etcd: the lease revoked), ttl (etcd: lease expiry) and kill (etcdctl:
-// clean and kill only); see failover_etcd.cpp. Without etcd (or etcdctl) installed those
-// rows are skipped with a message.
+// clean, destroy-0 (etcd: the lease revoked), ttl (etcd: lease expiry), kill and sem-clean
+// (etcdctl: clean and kill only); see failover_etcd.cpp. Without etcd (or etcdctl)
+// installed those rows are skipped with a message.
 //
 // K candidates means K sessions contend for the key: the leader and K-1 followers
 // parked in acquire(). In the candidate-led scenarios the leader is the previous
@@ -67,6 +78,12 @@
 // On etcd and etcdctl: detection = end -> the leader's key deleted, as a watch on the
 // election's prefix sees it; lock-delay 0; acquisition = key deleted -> acquire() resolved
 // (etcdctl: -> the next process printed its key).
+// sem-clean: latency = release sent -> a waiter's acquire() resolved; detection = release
+// sent -> `.lock` rewritten without the holder (inproc: exact, a watch on the agent's state
+// machine; http: not observed, "-": a blocking query would be one more woken query racing
+// the waiters) or -> the holder's key deleted (etcd, the prefix watch); acquisition = from
+// there -> acquire() resolved; ans (release_answered_ms) = release sent -> release()
+// returned, which on Consul can come after the waiter is admitted.
 #include "etcd_cluster.hpp"
 #include "failover.hpp"
 #include "failover_run.hpp"
@@ -126,6 +143,7 @@ private:
         std::string sid;       // the leader's session
         std::string check_id;  // check-fail: the health check bound to it
         steady::time_point t0{}, t_renew{};
+        steady::time_point t_answered{};  // semaphore: permit.release() returned
     };
 
     void prepare_run();
@@ -156,6 +174,11 @@ private:
         wake_.cancel();
     }
     std::chrono::nanoseconds delay() const { return sc_.delay ? std::chrono::nanoseconds(cfg_.lock_delay) : 0ns; }
+    // What a clean release changes first: the election's key, or the semaphore's `.lock`.
+    std::string released_key() const { return sc_.semaphore() ? key_ + "/.lock" : key_; }
+    // Whether the release (invalidation) is seen: everywhere but a semaphore's
+    // release over HTTP (see arm_observer).
+    bool sees_end() const { return be_.agent() || !sc_.semaphore(); }
     steady::duration round_timeout() const { return 2 * cfg_.ttl + cfg_.lock_delay + 10s; }
 
     config const& cfg_;
@@ -211,13 +234,17 @@ void run::arm_observer(std::string const& sid, bool key_mode) {
         if (key_mode) {
             watch_target t;
             t.what = watch_target::kind::key;
-            t.name = key_;
+            t.name = released_key();
             key_watch_.emplace(tenure::detail::agent_access::state(*a).watch({t}, [this] { set_t1(steady::now()); }));
         }
         return;  // invalidations: the on_invalidate hook installed by go()
     }
     // Over HTTP the answer to the release is the sign of a clean release; a
-    // blocking query on the key would be one more woken query racing the followers.
+    // blocking query on the key would be one more woken query racing the
+    // followers. (A semaphore's release answers after two writes, the `.lock`
+    // CAS and the delete of its contender key, when a waiter may already hold
+    // the permit: there its answer is reported apart, and the `.lock` write
+    // is not seen over HTTP.)
     if (key_mode) return;
     obs_parked_ = false;
     obs_running_ = true;
@@ -292,17 +319,9 @@ asio::awaitable<result_set> run::go() {
     prepare_run();
     install_hooks();
     start_candidates(co_await asio::this_coro::executor);
-    try {
-        candidate* leader = co_await next_winner(steady::now() + 10s + 20ms * k_);
-        for (int i = 0; i < n; ++i) {
-            print_progress(6, be_.name(), sc_.name, k_, i, n);
-            leader = co_await handover(*leader, i, out.samples);
-        }
-        print_progress(6, be_.name(), sc_.name, k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        print_stopped(be_.name(), sc_.name, k_, out.samples.size(), e.what());
-    }
+    co_await run_handovers<candidate>(
+        sc_, be_.name(), 6, k_, n, 10s + 20ms * k_, [this](steady::time_point d) { return next_winner(d); },
+        [this](candidate* c, int i, std::vector<sample>& v) { return handover(*c, i, v); }, out.samples);
     cands_.warn_double_wins();
     co_await shut_down();
     out.load = loadavg();
@@ -316,6 +335,9 @@ void run::prepare_run() {
     so_.ttl = sc_.name == "probe" ? std::chrono::nanoseconds(cfg_.ttl) : std::chrono::nanoseconds(quiet_ttl);
     so_.lock_delay = delay();
     if (sc_.name == "check-fail" || sc_.name == "probe") so_.health_check_ttl = 3 * so_.ttl;
+    // Semaphore sessions delete their contender keys when they end, as the Go
+    // api's and `consul lock`'s do (tenure/semaphore.hpp).
+    if (sc_.semaphore()) so_.behavior = consul::session_behavior::delete_keys;
     admin_ = be_.make_client();
 }
 
@@ -359,7 +381,7 @@ void run::start_candidates(asio::any_io_executor ex) {
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
     bool const probe = sc_.name == "probe";
     cands_.start(
-        ex, local, [this] { return be_.make_client(); }, key_, so_,
+        ex, local, [this] { return be_.make_client(); }, key_, so_, sc_.permits,
         [probe](candidate& c, tenure::session_options& so) {
             if (!probe) return;
             auto flag = std::make_shared<bool>(false);
@@ -450,7 +472,7 @@ asio::awaitable<void> run::park(round& r) {
         r.t_renew = steady::now();
         co_await admin_->session_renew(r.sid);
     }
-    arm_observer(r.sid, sc_.name == "clean");
+    arm_observer(r.sid, sc_.releases());
     if (!be_.agent()) {
         co_await wait_until(wake_, [&] { return obs_parked_ || !obs_running_; }, steady::now() + 5s);
         co_await sleep_for(1ms);
@@ -469,7 +491,7 @@ asio::awaitable<void> run::park(round& r) {
 asio::awaitable<void> run::end_term(candidate& leader, round& r) {
     rejects_ = 0;
     r.t0 = steady::now();
-    if (sc_.name == "clean") {
+    if (sc_.releases()) {
         co_await leader.scope.release(tuple_awaitable);
     } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
         co_await leader.cl->session_destroy(r.sid);
@@ -483,16 +505,17 @@ asio::awaitable<void> run::end_term(candidate& leader, round& r) {
     }  // ttl: nothing to do, the server's TTL timer ends it
     // The answer to the request that ended the term comes after the
     // server acted on it: an upper bound for the invalidation / release.
-    TRACE("end request answered after %.3f ms (t1 %s)", ms(steady::now() - r.t0), t1_ ? "set" : "unset");
-    if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0)
-        set_t1(steady::now());
+    auto const answered = steady::now();
+    TRACE("end request answered after %.3f ms (t1 %s)", ms(answered - r.t0), t1_ ? "set" : "unset");
+    if (sc_.semaphore()) r.t_answered = answered;
+    else if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0) set_t1(answered);
 }
 
 // The handover's sample, once the observer has had its chance to see the
 // invalidation; `next` was elected at t3.
 asio::awaitable<sample> run::time_handover(round& r, candidate const& next, steady::time_point t3) {
-    co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
-    if (!be_.agent() && sc_.name != "clean")  // the log line is the earliest sign: wait for it
+    if (sees_end()) co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
+    if (!be_.agent() && sc_.name != "clean" && !sc_.semaphore())  // the log line is the earliest sign: wait for it
         co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
     disarm_observer();
     co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
@@ -502,6 +525,7 @@ asio::awaitable<sample> run::time_handover(round& r, candidate const& next, stea
     auto const ended = set_timings(s, sc_.name == "ttl", r.t0, t1_, t3, r.t_renew);
     if (be_.agent()) s.rejected = rejects_;
     if (t_query_) s.query_detection = ms(*t_query_ - ended);
+    if (sc_.semaphore()) s.release_answered = ms(r.t_answered - r.t0);
     co_return s;
 }
 
@@ -521,9 +545,9 @@ asio::awaitable<void> run::shut_down() {
 // Output.
 
 void print_header() {
-    std::printf("%-7s %-10s %4s %5s | %9s %9s %9s %9s | %9s %7s | %9s %9s %9s | %9s %9s %5s %5s\n", "backend", "scenario", "K",
-                "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "detect50", "delay", "acq p50", "acq p99", "acq max",
-                "rn>inv50", "rn>acq50", "rej/h", "load1");
+    std::printf("%-7s %-10s %4s %5s | %9s %9s %9s %9s | %9s %7s | %9s %9s %9s | %9s %9s %9s %5s %5s\n", "backend",
+                "scenario", "K", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "detect50", "delay", "acq p50", "acq p99",
+                "acq max", "rn>inv50", "rn>acq50", "ans50", "rej/h", "load1");
 }
 
 void print_row(result_set const& r) {
@@ -533,6 +557,7 @@ void print_row(result_set const& r) {
     auto acq = column(v, [](sample const& s) { return s.acquisition; });
     auto ren = column(v, [](sample const& s) { return s.from_renewal; });
     auto rin = column(v, [](sample const& s) { return s.renew_to_inval; });
+    auto ans = column(v, [](sample const& s) { return s.release_answered; });
     auto rejv = column(v, [](sample const& s) { return s.rejected < 0 ? nan_v : double(s.rejected); });
     std::string rej = "-";
     if (!rejv.empty()) {
@@ -546,17 +571,19 @@ void print_row(result_set const& r) {
         std::snprintf(buf, sizeof buf, "%.3f", x);
         return std::string(buf);
     };
-    std::printf("%-7s %-10s %4d %5zu | %9s %9s %9s %9s | %9s %7.0f | %9s %9s %9s | %9s %9s %5s %5s\n", r.backend.c_str(),
-                r.scenario.c_str(), r.candidates, v.size(), f(pct(lat, 50)).c_str(), f(pct(lat, 90)).c_str(),
-                f(pct(lat, 99)).c_str(), f(max_of(lat)).c_str(), f(pct(det, 50)).c_str(), r.lock_delay_ms,
-                f(pct(acq, 50)).c_str(), f(pct(acq, 99)).c_str(), f(max_of(acq)).c_str(), f(pct(rin, 50)).c_str(),
-                f(pct(ren, 50)).c_str(), rej.c_str(), r.load.substr(0, r.load.find(' ')).c_str());
+    std::printf("%-7s %-10s %4d %5zu | %9s %9s %9s %9s | %9s %7.0f | %9s %9s %9s | %9s %9s %9s %5s %5s\n",
+                r.backend.c_str(), r.scenario.c_str(), r.candidates, v.size(), f(pct(lat, 50)).c_str(),
+                f(pct(lat, 90)).c_str(), f(pct(lat, 99)).c_str(), f(max_of(lat)).c_str(), f(pct(det, 50)).c_str(),
+                r.lock_delay_ms, f(pct(acq, 50)).c_str(), f(pct(acq, 99)).c_str(), f(max_of(acq)).c_str(),
+                f(pct(rin, 50)).c_str(), f(pct(ren, 50)).c_str(), f(pct(ans, 50)).c_str(), rej.c_str(),
+                r.load.substr(0, r.load.find(' ')).c_str());
     std::fflush(stdout);
 }
 
 void write_csv_header(std::ofstream& f) {
     f << "backend,scenario,candidates,handover,latency_ms,detection_ms,lock_delay_ms,acquisition_ms,"
-         "renewal_to_invalidation_ms,from_renewal_ms,ttl_ms,lock_delay_rejections,query_detection_ms,load1\n";
+         "renewal_to_invalidation_ms,from_renewal_ms,ttl_ms,lock_delay_rejections,query_detection_ms,load1,"
+         "release_answered_ms\n";
 }
 
 void write_csv(std::ofstream& f, result_set const& r) {
@@ -572,7 +599,7 @@ void write_csv(std::ofstream& f, result_set const& r) {
           << num(s.detection) << ',' << num(s.lock_delay) << ',' << num(s.acquisition) << ','
           << num(s.renew_to_inval) << ',' << num(s.from_renewal) << ',' << num(r.ttl_ms) << ','
           << (s.rejected < 0 ? std::string() : std::to_string(s.rejected)) << ',' << num(s.query_detection) << ','
-          << r.load.substr(0, r.load.find(' ')) << '\n';
+          << r.load.substr(0, r.load.find(' ')) << ',' << num(s.release_answered) << '\n';
     }
     f.flush();
 }
@@ -617,15 +644,19 @@ std::string plot_heading(config const& cfg, scenario_def const& sc, backend_mix 
     }
     std::string params;
     auto add = [&](std::string const& p) { params += (params.empty() ? "" : ", ") + p; };
-    if (mix.consul) {
-        if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
-        add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
+    if (sc.semaphore()) {
+        add("limit " + std::to_string(sc.permits) + ", K - " + std::to_string(sc.permits) + " waiters parked");
+    } else {
+        if (mix.consul) {
+            if (sc.slow) add("TTL " + std::to_string(cfg.ttl.count()) + " ms");
+            add("lock-delay " + (sc.delay ? std::to_string(cfg.lock_delay.count()) + " ms" : std::string("0")));
+        }
+        if (mix.etcd)
+            add(std::string("etcd") +
+                (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(mix.etcd_ttl_ms / 1000)) + " s" : "") +
+                (mix.consul && sc.delay ? ", lock-delay 0" : ""));
+        if (mix.etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
     }
-    if (mix.etcd)
-        add(std::string("etcd") +
-            (sc.slow ? ": lease TTL " + std::to_string(static_cast<long>(mix.etcd_ttl_ms / 1000)) + " s" : "") +
-            (mix.consul && sc.delay ? ", lock-delay 0" : ""));
-    if (mix.etcdctl) add(std::string("etcdctl") + (sc.slow ? ": lease TTL 60 s" : ""));
     add((n_min == n_max ? std::to_string(n_max) : std::to_string(n_min) + "-" + std::to_string(n_max)) +
         " handovers per line");
     std::string title = mix.consul ? sc.title : sc.etcd_title;
@@ -662,7 +693,10 @@ std::string cdf_plot(std::filesystem::path const& dir, std::string const& name, 
 
 // Panel 1's x axis: the handover latency (ttl: from the last renewal).
 void latency_axis(std::ofstream& g, scenario_def const& sc, backend_mix const& mix) {
-    if (!sc.delay) {
+    if (sc.semaphore()) {
+        g << "set logscale x\n";
+        g << "set xlabel 'permit handover (ms, log scale): release sent -> a waiter''s acquire() resolved'\n";
+    } else if (!sc.delay) {
         g << "set logscale x\n";
         g << "set xlabel 'handover latency (ms, log scale): end of the term -> next acquire() resolved'\n";
     } else if (sc.name == "ttl") {
@@ -788,6 +822,7 @@ std::vector<result_set> read_csv(std::string const& path, config& cfg) {
         s.from_renewal = num("from_renewal_ms");
         s.rejected = row["lock_delay_rejections"].empty() ? -1 : std::stoi(row["lock_delay_rejections"]);
         s.query_detection = num("query_detection_ms");
+        s.release_answered = num("release_answered_ms");  // absent before the semaphore rows
         out.back().samples.push_back(s);
     }
     cfg.candidates.assign(ks.begin(), ks.end());
@@ -795,7 +830,8 @@ std::vector<result_set> read_csv(std::string const& path, config& cfg) {
 }
 
 int usage() {
-    std::cerr << "usage: failover [--quick | --full] [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill]\n"
+    std::cerr << "usage: failover [--quick | --full]\n"
+                 "                [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill,sem-clean]\n"
                  "                [--backend http,inproc,etcd,etcdctl] [--candidates 3,10,100] [--handovers N]\n"
                  "                [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D] [--hold-ms H]\n"
                  "                [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N] [--csv FILE] [--plot DIR]\n"
@@ -908,7 +944,11 @@ void print_banner(config const& cfg) {
                 "resolved (the overshoot); rn>inv50, rn>acq50: ttl only, last renewal -> invalidation, -> acquire() "
                 "resolved. All in ms.\nrej/h: acquires refused by the lock-delay per handover (inproc only); load1: the "
                 "1-minute load average after the row.\netcd, etcdctl: detect = end -> the leader's key deleted (seen by "
-                "a watch); acq = key deleted -> acquire() resolved (etcdctl: -> the next process printed its key).\n");
+                "a watch); acq = key deleted -> acquire() resolved (etcdctl: -> the next process printed its key).\n"
+                "sem-clean (semaphore, limit 2, K contenders): latency = a holder's release sent -> a waiter's "
+                "acquire() resolved; detect = -> `.lock` rewritten\n(inproc; not seen over http) or the holder's key "
+                "deleted (etcd); acq = from there -> acquire() resolved; ans50: release sent -> release() returned, "
+                "p50.\n");
     print_header();
 }
 
@@ -944,6 +984,14 @@ asio::awaitable<void> start_etcd_once(asio::io_context& io, config const& cfg, e
                      etcd.server->url().c_str(), etcd.server->fsync() ? "on" : "off");
 }
 
+// A semaphore row needs waiters: more candidates than permits.
+bool enough_candidates(scenario_def const& sc, std::string const& bname, int k) {
+    if (!sc.semaphore() || k > sc.permits) return true;
+    std::fprintf(stderr, "backend %s: %s K=%d skipped (K must exceed the %d permits)\n", bname.c_str(),
+                 sc.name.c_str(), k, sc.permits);
+    return false;
+}
+
 // The rows of backend etcd or etcdctl: each scenario that applies there, each K.
 asio::awaitable<void> measure_etcd_backend(asio::io_context& io, config const& cfg, std::string const& bname,
                                            std::string const& self, etcd_member& etcd, row_sink& rows) {
@@ -968,6 +1016,7 @@ asio::awaitable<void> measure_etcd_backend(asio::io_context& io, config const& c
             continue;
         }
         for (int k : cfg.candidates) {
+            if (!enough_candidates(sc, bname, k)) continue;
             result_set res;
             if (bname == "etcd") res = co_await run_etcd(cfg, sc, *etcd.server, k, self);
             else res = co_await run_etcdctl(cfg, sc, *etcd.server, k);
@@ -984,6 +1033,7 @@ asio::awaitable<void> measure_consul_backend(asio::io_context& io, config const&
     std::fprintf(stderr, "backend %s: agent at %s\n", bname.c_str(), be->url().c_str());
     for (auto const& sname : cfg.scenarios) {
         for (int k : cfg.candidates) {
+            if (!enough_candidates(find_scenario(sname), bname, k)) continue;
             run r(cfg, find_scenario(sname), *be, k, self);
             result_set res = co_await r.go();
             rows.add(std::move(res));

@@ -38,6 +38,11 @@ struct scenario_def {
     leader_kind leader;
     std::string etcd_title;  // what the scenario is on etcd; empty: not measured there
     bool etcdctl = false;    // measured with the `etcdctl elect` baseline too
+    int permits = 0;         // a tenure::semaphore with this limit instead of an election
+
+    bool semaphore() const { return permits > 0; }
+    // The term ends with a clean release: the session lives on and campaigns again.
+    bool releases() const { return name == "clean" || semaphore(); }
 };
 
 inline std::vector<scenario_def> const all_scenarios = {
@@ -50,6 +55,8 @@ inline std::vector<scenario_def> const all_scenarios = {
     {"ttl", "TTL lapse (session no longer renewed)", true, true, leader_kind::raw,
      "lease expiry (no more keepalives)"},
     {"kill", "leader process SIGKILLed", true, true, leader_kind::child, "leader process SIGKILLed", true},
+    {"sem-clean", "semaphore: a holder releases its permit", false, false, leader_kind::candidate,
+     "semaphore: a holder releases its permit", false, 2},
 };
 
 inline scenario_def const& find_scenario(std::string const& name) {
@@ -88,6 +95,7 @@ struct sample {
     double from_renewal = nan_v;    // ttl: last renewal sent -> acquire() resolved
     int rejected = -1;              // inproc: acquires refused by the lock-delay during the handover
     double query_detection = nan_v;  // http: end -> the blocking query on /v1/session/info (clean: the key) saw it
+    double release_answered = nan_v;  // semaphore: release sent -> permit.release() returned
 };
 
 struct result_set {

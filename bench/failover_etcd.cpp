@@ -32,6 +32,10 @@
 //              (TTL/3); it starts at a random phase of the expiry check. etcdctl: SIGKILL; the next leader waits for the
 //              killed process's 60 s lease (Go keepalive every 20 s, so
 //              40-60 s); the kill comes at a random moment of that cycle.
+//   sem-clean  etcd: a tenure::semaphore (limit 2) on the election's prefix:
+//              the oldest holder's permit.release() deletes its key; the
+//              waiter whose window held that key reads its rank again (one
+//              txn) and is admitted. Not measured with etcdctl.
 #include "failover.hpp"
 
 #include "etcd_cluster.hpp"
@@ -188,6 +192,7 @@ private:
         std::string leader_key;
         std::int64_t raw_lease = 0;  // ttl: the lease that holds the key
         steady::time_point t0{}, t_renew{};
+        steady::time_point t_answered{};  // semaphore: permit.release() returned
     };
 
     asio::awaitable<void> prepare_run();
@@ -237,7 +242,8 @@ asio::awaitable<void> etcd_run::hold() {
                                  std::to_string(k_));
     // Watches: two per waiting candidate (its predecessor, its own key), one for
     // the leader's scope (none for the raw lease), one for the prefix tracker.
-    long const want = 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
+    // A semaphore: one per waiter (on the prefix), one per holder's permit, the tracker's.
+    long const want = sc_.semaphore() ? k_ + 1L : 2L * (k_ - 1) + (sc_.leader == leader_kind::raw ? 0 : 1) + 1;
     co_await wait_parked_and_hold(server_, want, cfg_, k_);
 }
 
@@ -246,17 +252,9 @@ asio::awaitable<result_set> etcd_run::go() {
         new_result_set("etcd", sc_.name, k_, 0, static_cast<double>(std::chrono::milliseconds(ttl()).count()));
     int const n = sc_.slow ? cfg_.slow_handovers : cfg_.handovers;
     co_await prepare_run();
-    try {
-        etcd_candidate* leader = co_await next_winner(steady::now() + 10s + 50ms * k_);
-        for (int i = 0; i < n; ++i) {
-            print_progress(7, "etcd", sc_.name, k_, i, n);
-            leader = co_await handover(leader, i, out.samples);
-        }
-        print_progress(7, "etcd", sc_.name, k_, n, n);
-        std::fprintf(stderr, "\n");
-    } catch (std::exception const& e) {
-        print_stopped("etcd", sc_.name, k_, out.samples.size(), e.what());
-    }
+    co_await run_handovers<etcd_candidate>(
+        sc_, "etcd", 7, k_, n, 10s + 50ms * k_, [this](steady::time_point d) { return next_winner(d); },
+        [this](etcd_candidate* c, int i, std::vector<sample>& v) { return handover(c, i, v); }, out.samples);
     cands_.warn_double_wins();
     co_await shut_down();
     out.load = loadavg();
@@ -275,7 +273,7 @@ asio::awaitable<void> etcd_run::prepare_run() {
 
     // K candidates, or K-1 beside the raw lease / the child.
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
-    cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_);
+    cands_.start(ex, local, [&] { return make_client(ex, server_); }, name_, so_, sc_.permits);
 }
 
 // One handover, from `leader`'s term to the next leader's: appends its sample
@@ -294,6 +292,7 @@ asio::awaitable<etcd_candidate*> etcd_run::handover(etcd_candidate* leader, int 
     sample s;
     s.lock_delay = 0;
     set_timings(s, sc_.name == "ttl", r.t0, t1, t3, r.t_renew);
+    if (sc_.semaphore()) s.release_answered = ms(r.t_answered - r.t0);
     samples.push_back(s);
     TRACE("etcd %s K=%d round %d: %.3f ms", sc_.name.c_str(), k_, i, s.latency);
 
@@ -394,8 +393,9 @@ asio::awaitable<void> etcd_run::park(round& r) {
 // 3. End the term.
 asio::awaitable<void> etcd_run::end_term(etcd_candidate& leader, round& r) {
     r.t0 = steady::now();
-    if (sc_.name == "clean") {
+    if (sc_.releases()) {
         co_await leader.scope.release(tuple_awaitable);
+        r.t_answered = steady::now();
     } else if (sc_.name == "destroy-0") {
         auto const lease = lease_of(leader.s.id());
         co_await leader.cl->lease_revoke(lease);

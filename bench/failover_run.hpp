@@ -8,7 +8,9 @@
 #include "failover.hpp"
 
 #include <tenure/election.hpp>
+#include <tenure/semaphore.hpp>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,21 +20,21 @@
 
 namespace failover_bench {
 
-// Where the elections land for the controller to take: the leader elected
-// since the last take and when its acquire() resolved (or etcdctl printed its
-// key). An election that arrives while one is pending is only counted: each
-// handover should elect exactly one leader.
+// Where the elections land for the controller to take: the leaders elected
+// since the last take and when each acquire() resolved (or etcdctl printed
+// its key). Each handover should elect exactly one leader: an election that
+// arrives while one is pending is only counted, except that the first
+// `burst` may arrive together (a semaphore admits its `limit` holders at once).
 template <class Leader>
 class winner_slot {
 public:
+    void set_burst(std::size_t burst) { burst_ = burst; }
+
     // Called the moment `w` leads; wakes the controller.
     void elected(Leader w, steady::time_point t, asio::steady_timer& wake) {
-        if (!winner_) {
-            winner_ = std::move(w);
-            at_ = t;
-        } else {
-            ++double_wins_;
-        }
+        std::size_t const room = taken_ < burst_ ? burst_ - taken_ : 1;
+        if (pending_.size() < room) pending_.emplace_back(std::move(w), t);
+        else ++double_wins_;
         wake.cancel();
     }
 
@@ -40,11 +42,13 @@ public:
     // names a failure, then takes the leader; throws if there is none.
     template <class Failure>
     asio::awaitable<Leader> take(asio::steady_timer& wake, Failure failure, steady::time_point deadline) {
-        co_await wait_until(wake, [&] { return winner_ != nullptr || !failure().empty(); }, deadline);
+        co_await wait_until(wake, [&] { return !pending_.empty() || !failure().empty(); }, deadline);
         if (auto f = failure(); !f.empty()) throw std::runtime_error(f);
-        if (!winner_) throw std::runtime_error("no new leader within the round timeout");
-        Leader w = std::move(winner_);
-        winner_ = nullptr;
+        if (pending_.empty()) throw std::runtime_error("no new leader within the round timeout");
+        Leader w = std::move(pending_.front().first);
+        at_ = pending_.front().second;
+        pending_.pop_front();
+        ++taken_;
         co_return w;
     }
 
@@ -56,7 +60,9 @@ public:
     }
 
 private:
-    Leader winner_{};
+    std::deque<std::pair<Leader, steady::time_point>> pending_;
+    std::size_t burst_ = 1;
+    std::size_t taken_ = 0;
     steady::time_point at_{};
     int double_wins_ = 0;
 };
@@ -70,6 +76,7 @@ struct tenure_candidate {
     std::unique_ptr<Client> cl;
     tenure::session s;
     std::optional<tenure::election> e;
+    std::optional<tenure::semaphore> sem;  // semaphore scenarios: instead of e
     tenure::leadership_scope scope;
     bool new_session = false;  // set by the controller when the session (lease) is gone or the key was taken
     bool may_campaign = true;
@@ -78,8 +85,9 @@ struct tenure_candidate {
 };
 
 // The tenure candidates of one run that live in the bench process. Each
-// campaigns in its own coroutine and, once elected, waits until the
-// controller resumes it: a term ends only when the bench ends it.
+// campaigns in its own coroutine (election.acquire(), or semaphore.acquire()
+// when the run has permits) and, once elected, waits until the controller
+// resumes it: a term (a permit) ends only when the bench ends it.
 template <class Candidate>
 class candidate_set {
 public:
@@ -91,12 +99,15 @@ public:
     explicit candidate_set(asio::steady_timer& wake) : wake_(wake) {}
 
     // Starts n candidates, each with a client from make_client() and sessions
-    // made from `so`, campaigning for `key`.
+    // made from `so`, campaigning for `key` (permits > 0: for one of the
+    // permits of the semaphore on the prefix `key`).
     template <class MakeClient>
     void start(asio::any_io_executor ex, int n, MakeClient make_client, std::string key, tenure::session_options so,
-               prepare_fn prepare = {}) {
+               int permits, prepare_fn prepare = {}) {
         key_ = std::move(key);
         so_ = std::move(so);
+        permits_ = permits;
+        winners_.set_burst(static_cast<std::size_t>(std::max(1, permits)));
         prepare_ = std::move(prepare);
         for (int i = 0; i < n; ++i) {
             all_.push_back(std::make_unique<Candidate>(ex, i));
@@ -158,11 +169,17 @@ private:
                     so.name = c.name;
                     if (prepare_) prepare_(c, so);
                     c.e.reset();
+                    c.sem.reset();
                     c.s = tenure::session{};  // the old one closes (etcd: revokes its lease) in the background
                     c.s = co_await tenure::session::create(*c.cl, so);
-                    c.e.emplace(c.s, key_, c.name);
+                    if (permits_) c.sem.emplace(c.s, key_, permits_, c.name);
+                    else c.e.emplace(c.s, key_, c.name);
                 }
-                auto [ec, scope] = co_await c.e->acquire(tuple_awaitable);
+                // (Not one co_await of a conditional expression: g++ 12 evaluates the wrong arm.)
+                std::tuple<boost::system::error_code, tenure::leadership_scope> got;
+                if (c.sem) got = co_await c.sem->acquire(tuple_awaitable);
+                else got = co_await c.e->acquire(tuple_awaitable);
+                auto& [ec, scope] = got;
                 auto const t = steady::now();
                 if (stopping_ || ec == asio::error::operation_aborted) break;
                 if (ec) {
@@ -189,6 +206,7 @@ private:
     asio::steady_timer& wake_;
     std::string key_;
     tenure::session_options so_;
+    int permits_ = 0;
     prepare_fn prepare_;
     std::vector<std::unique_ptr<Candidate>> all_;
     winner_slot<Candidate*> winners_;
@@ -240,19 +258,59 @@ inline asio::awaitable<void> kill_child(std::optional<child_proc>& child) {
     }
 }
 
-// The last step of a handover: a candidate leader campaigns again (with a new
-// session unless it released cleanly: its session or lease is gone); the
-// killed child is reaped.
+// The last step of a handover: a candidate leader (or permit holder)
+// campaigns again (with a new session unless it released cleanly: its
+// session or lease is gone); the killed child is reaped.
 template <class Candidate>
 asio::awaitable<void> retire_leader(candidate_set<Candidate>& cands, Candidate& leader, scenario_def const& sc,
                                     std::optional<child_proc>& child) {
     if (sc.leader == leader_kind::candidate) {
         leader.scope = tenure::leadership_scope{};
-        if (sc.name != "clean") leader.new_session = true;
+        if (!sc.releases()) leader.new_session = true;
         cands.resume(leader);
     } else if (child) {
         co_await child->proc->async_wait(tuple_awaitable);
         child.reset();
+    }
+}
+
+// The run's progress line on stderr ("\r": each update rewrites it).
+// `name_width`: the backend column's width (6 for http/inproc, 7 for etcd/etcdctl).
+inline void print_progress(int name_width, std::string const& backend, std::string const& scenario, int k, int done,
+                           int n) {
+    std::fprintf(stderr, "\r  %-*s %-10s K=%-3d %4d/%d handovers", name_width, backend.c_str(), scenario.c_str(), k,
+                 done, n);
+}
+
+inline void print_stopped(std::string const& backend, std::string const& scenario, int k, std::size_t done,
+                          char const* why) {
+    std::fprintf(stderr, "\n  %s %s K=%d stopped after %zu handovers: %s\n", backend.c_str(), scenario.c_str(), k,
+                 done, why);
+}
+
+// A run's handovers: its first leaders (an election's leader; a semaphore's
+// `permits` holders), then `n` rounds, each ending the term of the oldest
+// one (the holder admitted first is released first): handover(leader, i,
+// samples) appends the round's sample and returns the next leader. Progress
+// on stderr; a failure ends the run early with a message.
+template <class Candidate, class NextWinner, class Handover>
+asio::awaitable<void> run_handovers(scenario_def const& sc, std::string const& backend, int name_width, int k, int n,
+                                    steady::duration first_timeout, NextWinner next_winner, Handover handover,
+                                    std::vector<sample>& samples) {
+    try {
+        std::deque<Candidate*> leaders;
+        for (int j = 0; j < std::max(1, sc.permits); ++j)
+            leaders.push_back(co_await next_winner(steady::now() + first_timeout));
+        for (int i = 0; i < n; ++i) {
+            print_progress(name_width, backend, sc.name, k, i, n);
+            Candidate* oldest = leaders.front();
+            leaders.pop_front();
+            leaders.push_back(co_await handover(oldest, i, samples));
+        }
+        print_progress(name_width, backend, sc.name, k, n, n);
+        std::fprintf(stderr, "\n");
+    } catch (std::exception const& e) {
+        print_stopped(backend, sc.name, k, samples.size(), e.what());
     }
 }
 
@@ -275,20 +333,6 @@ inline steady::time_point set_timings(sample& s, bool ttl, steady::time_point t0
         s.from_renewal = ms(t3 - t_renew);
     }
     return t0;
-}
-
-// The run's progress line on stderr ("\r": each update rewrites it).
-// `name_width`: the backend column's width (6 for http/inproc, 7 for etcd/etcdctl).
-inline void print_progress(int name_width, std::string const& backend, std::string const& scenario, int k, int done,
-                           int n) {
-    std::fprintf(stderr, "\r  %-*s %-10s K=%-3d %4d/%d handovers", name_width, backend.c_str(), scenario.c_str(), k,
-                 done, n);
-}
-
-inline void print_stopped(std::string const& backend, std::string const& scenario, int k, std::size_t done,
-                          char const* why) {
-    std::fprintf(stderr, "\n  %s %s K=%d stopped after %zu handovers: %s\n", backend.c_str(), scenario.c_str(), k,
-                 done, why);
 }
 
 }  // namespace failover_bench
