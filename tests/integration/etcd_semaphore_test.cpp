@@ -1,6 +1,7 @@
 // tenure::semaphore on etcd (src/etcd/semaphore.cpp) against real etcd: a
-// single member started by etcd_process, and a three-member cluster whose
-// raft leader is killed while a contender waits.
+// single member started by etcd_process, and a three-member cluster (the
+// six contenders again, a raft leader killed while a contender waits, a
+// revoked permit's fenced write).
 //
 // The key layout is read back raw: contender keys `<prefix>/<lease hex>` on
 // the session's lease, holders the first `limit` by create revision. Every
@@ -15,6 +16,7 @@
 
 #include <tenure/error.hpp>
 #include <tenure/etcd/client.hpp>
+#include <tenure/fenced_write.hpp>
 #include <tenure/leadership_scope.hpp>
 #include <tenure/semaphore.hpp>
 #include <tenure/session.hpp>
@@ -154,60 +156,64 @@ asio::awaitable<std::vector<etcd::key_value>> keys_under(etcd::client& c, std::s
     co_return r.kvs;
 }
 
+// Six contenders, limit two, each working 100 ms under its permit: never
+// more than two inside, and all finish.
+asio::awaitable<void> six_contenders_limit_two(etcd::client* client) {
+    auto ex = co_await asio::this_coro::executor;
+    constexpr int n = 6, limit = 2;
+    std::string const prefix = "sem-six";
+    std::vector<tenure::session> sessions;
+    for (int i = 0; i < n; ++i) sessions.push_back(co_await tenure::session::create(*client, opts()));
+    signal_flag flag(ex);
+    int inside = 0, max_inside = 0, finished = 0;
+    std::vector<std::uint64_t> admitted_tokens;  // in admission order
+
+    auto worker = [&](int i) -> asio::awaitable<void> {
+        tenure::semaphore sem(sessions[i], prefix, limit, "w" + std::to_string(i));
+        auto permit = co_await sem.acquire();
+        BOOST_REQUIRE(permit.held());
+        BOOST_TEST(permit.key() == prefix + "/" + sessions[i].id());
+        admitted_tokens.push_back(permit.token());
+        auto body = [&]() -> asio::awaitable<void> {
+            ++inside;
+            max_inside = std::max(max_inside, inside);
+            struct leave {
+                int& n;
+                ~leave() { --n; }
+            } guard{inside};
+            BOOST_TEST(inside <= limit);
+            // etcd says the same: we are among the first `limit`.
+            auto st = co_await sem.state();
+            BOOST_TEST(st.limit == limit);
+            BOOST_TEST(st.holders.size() <= std::size_t(limit));
+            BOOST_TEST(std::count(st.holders.begin(), st.holders.end(), sessions[i].id()) == 1);
+            co_await pause(100ms);  // the work
+        };
+        bool const completed = co_await permit.run(body());
+        BOOST_TEST(completed);
+        co_await permit.release();
+        ++finished;
+        flag.notify();
+    };
+    for (int i = 0; i < n; ++i) asio::co_spawn(ex, worker(i), asio::detached);
+
+    std::function<bool()> all_done = [&] { return finished == n; };
+    BOOST_REQUIRE(co_await flag.until(std::move(all_done), 20'000ms));
+    BOOST_TEST(max_inside == limit);  // never more, and the slots were used
+    // One token (create revision) per admission. (Their local order may
+    // differ from create order: two admitted at once complete in any order.)
+    BOOST_TEST(admitted_tokens.size() == std::size_t(n));
+    BOOST_TEST(std::set<std::uint64_t>(admitted_tokens.begin(), admitted_tokens.end()).size() == std::size_t(n));
+    BOOST_TEST((co_await keys_under(*client, prefix)).empty());  // every contender key released
+    for (auto& s : sessions) co_await s.close();
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(etcd_semaphore, single_env)
 
 BOOST_AUTO_TEST_CASE(six_contenders_limit_two_never_exceed_two_and_all_finish) {
-    run([&]() -> asio::awaitable<void> {
-        auto ex = co_await asio::this_coro::executor;
-        constexpr int n = 6, limit = 2;
-        std::string const prefix = "sem-six";
-        std::vector<tenure::session> sessions;
-        for (int i = 0; i < n; ++i) sessions.push_back(co_await tenure::session::create(*client, opts()));
-        signal_flag flag(ex);
-        int inside = 0, max_inside = 0, finished = 0;
-        std::vector<std::uint64_t> admitted_tokens;  // in admission order
-
-        auto worker = [&](int i) -> asio::awaitable<void> {
-            tenure::semaphore sem(sessions[i], prefix, limit, "w" + std::to_string(i));
-            auto permit = co_await sem.acquire();
-            BOOST_REQUIRE(permit.held());
-            BOOST_TEST(permit.key() == prefix + "/" + sessions[i].id());
-            admitted_tokens.push_back(permit.token());
-            auto body = [&]() -> asio::awaitable<void> {
-                ++inside;
-                max_inside = std::max(max_inside, inside);
-                struct leave {
-                    int& n;
-                    ~leave() { --n; }
-                } guard{inside};
-                BOOST_TEST(inside <= limit);
-                // etcd says the same: we are among the first `limit`.
-                auto st = co_await sem.state();
-                BOOST_TEST(st.limit == limit);
-                BOOST_TEST(st.holders.size() <= std::size_t(limit));
-                BOOST_TEST(std::count(st.holders.begin(), st.holders.end(), sessions[i].id()) == 1);
-                co_await pause(100ms);  // the work
-            };
-            bool const completed = co_await permit.run(body());
-            BOOST_TEST(completed);
-            co_await permit.release();
-            ++finished;
-            flag.notify();
-        };
-        for (int i = 0; i < n; ++i) asio::co_spawn(ex, worker(i), asio::detached);
-
-        std::function<bool()> all_done = [&] { return finished == n; };
-        BOOST_REQUIRE(co_await flag.until(std::move(all_done), 20'000ms));
-        BOOST_TEST(max_inside == limit);  // never more, and the slots were used
-        // One token (create revision) per admission. (Their local order may
-        // differ from create order: two admitted at once complete in any order.)
-        BOOST_TEST(admitted_tokens.size() == std::size_t(n));
-        BOOST_TEST(std::set<std::uint64_t>(admitted_tokens.begin(), admitted_tokens.end()).size() == std::size_t(n));
-        BOOST_TEST((co_await keys_under(*client, prefix)).empty());  // every contender key released
-        for (auto& s : sessions) co_await s.close();
-    });
+    run([&]() -> asio::awaitable<void> { co_await six_contenders_limit_two(client.get()); });
 }
 
 BOOST_AUTO_TEST_CASE(try_acquire_on_a_full_semaphore_is_empty_and_leaves_no_key) {
@@ -426,6 +432,53 @@ BOOST_AUTO_TEST_CASE(killing_the_raft_leader_mid_wait_neither_loses_nor_doubles_
         co_await sb.close();
         co_await sc.close();
         client.close();
+    }, 60s);
+}
+
+BOOST_AUTO_TEST_CASE(six_contenders_limit_two_on_three_members) {
+    run_scenario(ioc, [&]() -> asio::awaitable<void> {
+        etcd::client_config cfg;
+        cfg.endpoints = cluster.client_urls();
+        etcd::client client(co_await asio::this_coro::executor, cfg);
+        co_await six_contenders_limit_two(&client);
+        client.close();
+    }, 60s);
+}
+
+BOOST_AUTO_TEST_CASE(a_revoked_permits_fenced_write_is_refused_by_the_cluster) {
+    run_scenario(ioc, [&]() -> asio::awaitable<void> {
+        auto urls = cluster.client_urls();
+        // The holder writes through one member, its lease is revoked through
+        // another: the refusal is the cluster's, not one member's view.
+        etcd::client_config ca, cb;
+        ca.endpoints = {urls[0]};
+        cb.endpoints = {urls[1]};
+        auto ex = co_await asio::this_coro::executor;
+        etcd::client holder_client(ex, ca), other(ex, cb);
+        auto sa = co_await tenure::session::create(holder_client, opts());
+        auto sb = co_await tenure::session::create(holder_client, opts());
+        tenure::semaphore a(sa, "sem-fenced", 2), b(sb, "sem-fenced", 2);
+        auto pa = co_await a.acquire();
+        auto pb = co_await b.acquire();
+        std::vector<tenure::write_op> w1{tenure::write_op::put("sem-fenced-data/a", "1")};
+        auto used = co_await tenure::fenced_write(pa, std::move(w1));
+        BOOST_TEST((used == pa.fencing()));
+
+        co_await other.lease_revoke(lease_of(sa));
+        std::vector<tenure::write_op> w2{tenure::write_op::put("sem-fenced-data/a", "stale")};
+        auto [ec, t] = co_await tenure::fenced_write(pa, std::move(w2), asio::as_tuple(asio::use_awaitable));
+        BOOST_TEST((ec == tenure::error::not_held), ec.message());
+        auto r = co_await other.range("sem-fenced-data/a");  // linearizable, through the other member
+        BOOST_REQUIRE(r.kvs.size() == 1u);
+        BOOST_TEST(r.kvs.front().value == "1");
+        // The other permit still writes.
+        std::vector<tenure::write_op> w3{tenure::write_op::put("sem-fenced-data/b", "1")};
+        auto [ec2, t2] = co_await tenure::fenced_write(pb, std::move(w3), asio::as_tuple(asio::use_awaitable));
+        BOOST_TEST(!ec2, ec2.message());
+        co_await pb.release();
+        co_await sb.close();
+        holder_client.close();
+        other.close();
     }, 60s);
 }
 
