@@ -919,6 +919,16 @@ std::optional<tenure::etcd::key_value> etcd_leader(std::string const& url, std::
         });
 }
 
+// How many keys there are under `prefix`.
+std::int64_t etcd_keys_under(std::string const& url, std::string const& prefix) {
+    return etcd_call<std::int64_t>(url, [prefix](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
+        tenure::etcd::range_options o;
+        o.count_only = true;
+        auto r = co_await c.range(prefix, tenure::etcd::prefix_end(prefix), o);
+        co_return r.count;
+    });
+}
+
 std::int64_t etcd_lease_ttl(std::string const& url, std::int64_t lease) {
     return etcd_call<std::int64_t>(url, [lease](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
         co_return co_await c.lease_time_to_live(lease);
@@ -1135,15 +1145,7 @@ BOOST_AUTO_TEST_CASE(lock_n_2_runs_six_children_never_more_than_two_at_once) {
     BOOST_TEST_MESSAGE("most children at once: " << most);
     BOOST_TEST(most >= 1);
     // Every contender key is gone with its holder.
-    auto left = etcd_call<std::int64_t>(url(), [](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
-        std::string key = "itest-sem/";
-        std::string end = tenure::etcd::prefix_end(key);
-        tenure::etcd::range_options o;
-        o.count_only = true;
-        auto r = co_await c.range(key, end, o);
-        co_return r.count;
-    });
-    BOOST_TEST(left == 0);
+    BOOST_TEST(etcd_keys_under(url(), "itest-sem/") == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_sigkilled_holders_permit_returns_after_its_lease) {
@@ -1169,15 +1171,7 @@ BOOST_AUTO_TEST_CASE(a_sigkilled_holders_permit_returns_after_its_lease) {
     // The waiter has its contender key behind the two holders' before the kill.
     bool queued = false;
     for (auto const deadline = steady::now() + 10s; !queued && steady::now() < deadline; ::usleep(2000)) {
-        auto n = etcd_call<std::int64_t>(url(), [](tenure::etcd::client& c) -> boost::asio::awaitable<std::int64_t> {
-            std::string key = "itest-sem-kill9/";
-            std::string end = tenure::etcd::prefix_end(key);
-            tenure::etcd::range_options o;
-            o.count_only = true;
-            auto r = co_await c.range(key, end, o);
-            co_return r.count;
-        });
-        queued = n == 3;
+        queued = etcd_keys_under(url(), "itest-sem-kill9/") == 3;
     }
     BOOST_TEST_REQUIRE(queued, "the waiter wrote no contender key; stderr:\n" << procs[2]->err());
     BOOST_TEST_REQUIRE(!std::filesystem::exists(dir.file("2.pids")), "a third child ran beside two holders");

@@ -10,7 +10,8 @@
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-#include "etcd_process.hpp"
+#include "etcd_member.hpp"
+#include "run_on.hpp"
 
 #include <tenure/election.hpp>
 #include <tenure/error.hpp>
@@ -57,36 +58,9 @@ using boost::system::system_error;
 
 namespace {
 
-struct env {
-    asio::io_context ioc{1};
-    tenure::itest::etcd_process server;
-    std::unique_ptr<etcd::client> client;
-
-    env() {
-        etcd::client_config cfg;
-        cfg.endpoints = {server.client_url()};
-        client = std::make_unique<etcd::client>(ioc.get_executor(), std::move(cfg));
-    }
-    ~env() {
-        client.reset();
-        if (!server.running()) BOOST_TEST_MESSAGE("etcd log:\n" << server.log());
-    }
-
+struct env : tenure::itest::etcd_member {
     void run(std::function<asio::awaitable<void>()> const& f, std::chrono::seconds limit = 30s) {
-        std::exception_ptr ep;
-        bool done = false;
-        asio::co_spawn(ioc, f(), [&](std::exception_ptr e) {
-            ep = e;
-            done = true;
-            ioc.stop();
-        });
-        ioc.restart();
-        ioc.run_for(limit);
-        BOOST_REQUIRE_MESSAGE(done, "scenario did not finish within " << limit.count() << "s");
-        if (ep) std::rethrow_exception(ep);
-        // Let background work (scope releases, session closes) finish.
-        ioc.restart();
-        ioc.run_for(300ms);
+        tenure::itest::run_scenario(ioc, f, limit);
     }
 };
 

@@ -12,7 +12,7 @@
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-#include "etcd_process.hpp"
+#include "etcd_member.hpp"
 #include "fault_proxy.hpp"
 
 #include <tenure/election.hpp>
@@ -195,20 +195,7 @@ std::map<std::string, std::string> fields(std::string const& line) {
 
 // ---- one member ----------------------------------------------------------------------------
 
-struct single_env {
-    asio::io_context ioc{1};
-    tenure::itest::etcd_process server;
-    std::unique_ptr<etcd::client> client;
-
-    single_env() {
-        etcd::client_config cfg;
-        cfg.endpoints = {server.client_url()};
-        client = std::make_unique<etcd::client>(ioc.get_executor(), std::move(cfg));
-    }
-    ~single_env() {
-        client.reset();
-        if (!server.running()) BOOST_TEST_MESSAGE("etcd log:\n" << server.log());
-    }
+struct single_env : tenure::itest::etcd_member {
     asio::ip::tcp::endpoint target() const {
         return {asio::ip::make_address("127.0.0.1"), server.client_port()};
     }

@@ -12,7 +12,7 @@
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-#include "etcd_process.hpp"
+#include "etcd_member.hpp"
 
 #include <tenure/error.hpp>
 #include <tenure/etcd/client.hpp>
@@ -58,20 +58,7 @@ void run_scenario(asio::io_context& ioc, std::function<asio::awaitable<void>()> 
     tenure::itest::run_scenario(ioc, f, limit);
 }
 
-struct single_env {
-    asio::io_context ioc{1};
-    tenure::itest::etcd_process server;
-    std::unique_ptr<etcd::client> client;
-
-    single_env() {
-        etcd::client_config cfg;
-        cfg.endpoints = {server.client_url()};
-        client = std::make_unique<etcd::client>(ioc.get_executor(), std::move(cfg));
-    }
-    ~single_env() {
-        client.reset();
-        if (!server.running()) BOOST_TEST_MESSAGE("etcd log:\n" << server.log());
-    }
+struct single_env : tenure::itest::etcd_member {
     void run(std::function<asio::awaitable<void>()> const& f) { run_scenario(ioc, f); }
 };
 
@@ -133,14 +120,18 @@ struct pending {
     }
 };
 
+// Counts a holder inside its critical section while it lives.
+struct inside_counter {
+    int& inside;
+    inside_counter(int& n, int& max_inside) : inside(n) { max_inside = std::max(max_inside, ++inside); }
+    ~inside_counter() { --inside; }
+    inside_counter(inside_counter const&) = delete;
+    inside_counter& operator=(inside_counter const&) = delete;
+};
+
 // Work that runs until cancelled, counted while it runs.
 asio::awaitable<void> endless_work(int& inside, int& max_inside) {
-    ++inside;
-    max_inside = std::max(max_inside, inside);
-    struct leave {
-        int& n;
-        ~leave() { --n; }
-    } guard{inside};
+    inside_counter counted(inside, max_inside);
     asio::steady_timer t(co_await asio::this_coro::executor, steady::time_point::max());
     co_await t.async_wait(asio::use_awaitable);
 }
@@ -175,12 +166,7 @@ asio::awaitable<void> six_contenders_limit_two(etcd::client* client) {
         BOOST_TEST(permit.key() == prefix + "/" + sessions[i].id());
         admitted_tokens.push_back(permit.token());
         auto body = [&]() -> asio::awaitable<void> {
-            ++inside;
-            max_inside = std::max(max_inside, inside);
-            struct leave {
-                int& n;
-                ~leave() { --n; }
-            } guard{inside};
+            inside_counter counted(inside, max_inside);
             BOOST_TEST(inside <= limit);
             // etcd says the same: we are among the first `limit`.
             auto st = co_await sem.state();

@@ -13,7 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
-#include "etcd_process.hpp"
+#include "etcd_member.hpp"
 #include "run_on.hpp"
 
 #include <tenure/consul/client.hpp>
@@ -28,6 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -48,8 +49,9 @@ namespace {
 
 // What a scenario needs of a backend.
 struct env_base {
+    explicit env_base(asio::io_context& i) : io(i) {}
     virtual ~env_base() = default;
-    asio::io_context io{1};
+    asio::io_context& io;
     void run(std::function<asio::awaitable<void>()> const& body) { tenure::itest::run_scenario(io, body, 30s); }
     virtual asio::awaitable<tenure::session> open(std::string name) = 0;
     // The value at `key`, nullopt when absent (read raw with the backend's client).
@@ -63,6 +65,11 @@ struct env_base {
 
 // The Consul protocol: the agent binary, one HTTP client.
 struct consul_env : env_base {
+    // A transaction takes 64 ops, the guard being one; more is refused
+    // before anything is sent.
+    static constexpr int max_batch = 63;
+    error_code const too_big = make_error_code(boost::system::errc::invalid_argument);
+    asio::io_context ioc{1};
     tenure::itest::agent_process agent{[] {
         tenure::itest::agent_options o;
         o.session_ttl_min = "100ms";
@@ -70,11 +77,11 @@ struct consul_env : env_base {
     }()};
     std::unique_ptr<consul::client> client;
 
-    consul_env() {
+    consul_env() : env_base(ioc) {
         consul::client_config c;
         c.address = "http://127.0.0.1:" + std::to_string(agent.port());
         c.request_timeout = 2000ms;
-        client = std::make_unique<consul::client>(io.get_executor(), c);
+        client = std::make_unique<consul::client>(ioc.get_executor(), c);
     }
     asio::awaitable<tenure::session> open(std::string name) override {
         tenure::session_options o;
@@ -98,19 +105,11 @@ struct consul_env : env_base {
 };
 
 // etcd: one member started for the suite's test case.
-struct etcd_env : env_base {
-    tenure::itest::etcd_process server;
-    std::unique_ptr<etcd::client> client;
-
-    etcd_env() {
-        etcd::client_config cfg;
-        cfg.endpoints = {server.client_url()};
-        client = std::make_unique<etcd::client>(io.get_executor(), std::move(cfg));
-    }
-    ~etcd_env() {
-        client.reset();
-        if (!server.running()) BOOST_TEST_MESSAGE("etcd log:\n" << server.log());
-    }
+struct etcd_env : tenure::itest::etcd_member, env_base {
+    // etcd's --max-txn-ops (128 by default): more is refused by the server.
+    static constexpr int max_batch = 128;
+    error_code const too_big = tenure::error::etcd_error;
+    etcd_env() : env_base(ioc) {}
     asio::awaitable<tenure::session> open(std::string name) override {
         tenure::session_options o;
         o.name = std::move(name);
@@ -317,78 +316,56 @@ void bad_input_is_refused_and_changes_nothing(env_base& env, std::string const& 
     });
 }
 
-}  // namespace
-
-BOOST_FIXTURE_TEST_SUITE(fenced_write_consul, consul_env)
-
-BOOST_AUTO_TEST_CASE(leader_commits_a_batch_and_names_its_token) {
-    ::leader_commits_a_batch_and_names_its_token(*this, "itest/fw1");
-}
-BOOST_AUTO_TEST_CASE(a_holder_whose_session_ended_is_refused_and_writes_nothing) {
-    ::a_holder_whose_session_ended_is_refused_and_writes_nothing(*this, "itest/fw2");
-}
-BOOST_AUTO_TEST_CASE(a_holder_whose_key_was_taken_is_refused_and_learns_it) {
-    ::a_holder_whose_key_was_taken_is_refused_and_learns_it(*this, "itest/fw3");
-}
-BOOST_AUTO_TEST_CASE(a_semaphore_permit_fences_its_writes) {
-    ::a_semaphore_permit_fences_its_writes(*this, "itest/fw4");
-}
-BOOST_AUTO_TEST_CASE(bad_input_is_refused_and_changes_nothing) {
-    ::bad_input_is_refused_and_changes_nothing(*this, "itest/fw5");
-    // Consul takes 64 operations in a transaction, the guard being one.
-    run([&]() -> asio::awaitable<void> {
-        auto a = co_await open("a");
-        tenure::election e(a, "itest/fw5/leader", "a");
+// `count` writes in one batch: more than the backend's transaction takes
+// (Consul 63 besides the guard, etcd 128) is refused as a whole with
+// `refusal`, the scope still held; up to it (refusal {}), all are applied.
+void a_batch_of(env_base& env, int count, error_code refusal, std::string const& base) {
+    env.run([&]() -> asio::awaitable<void> {
+        auto a = co_await env.open("a");
+        tenure::election e(a, base + "/leader", "a");
         auto lead = co_await e.acquire();
         std::vector<write_op> many;
-        for (int i = 0; i < 64; ++i) many.push_back(write_op::put("itest/fw5/many/" + std::to_string(i), "v"));
-        auto [ec, t] = co_await try_write(lead, many);
-        BOOST_TEST((ec == boost::system::errc::invalid_argument), ec.message());
-        bool const got13 = (co_await read("itest/fw5/many/0")).has_value();
-        BOOST_TEST(!got13);
-        many.pop_back();
-        auto [ec2, t2] = co_await try_write(lead, many);
-        BOOST_TEST(!ec2, ec2.message());
-        auto const got9 = (co_await read("itest/fw5/many/62")).value_or("<none>");
-        BOOST_TEST(got9 == "v");
-        co_await a.close();
-    });
-}
-
-BOOST_AUTO_TEST_SUITE_END()
-
-BOOST_FIXTURE_TEST_SUITE(fenced_write_etcd, etcd_env)
-
-BOOST_AUTO_TEST_CASE(leader_commits_a_batch_and_names_its_token) {
-    ::leader_commits_a_batch_and_names_its_token(*this, "itest/fw1");
-}
-BOOST_AUTO_TEST_CASE(a_holder_whose_lease_was_revoked_is_refused_and_writes_nothing) {
-    ::a_holder_whose_session_ended_is_refused_and_writes_nothing(*this, "itest/fw2");
-}
-BOOST_AUTO_TEST_CASE(a_holder_whose_key_was_taken_is_refused_and_learns_it) {
-    ::a_holder_whose_key_was_taken_is_refused_and_learns_it(*this, "itest/fw3");
-}
-BOOST_AUTO_TEST_CASE(a_semaphore_permit_fences_its_writes) {
-    ::a_semaphore_permit_fences_its_writes(*this, "itest/fw4");
-}
-BOOST_AUTO_TEST_CASE(bad_input_is_refused_and_changes_nothing) {
-    ::bad_input_is_refused_and_changes_nothing(*this, "itest/fw5");
-    // etcd refuses a txn of more ops than its --max-txn-ops (128 by default)
-    // as a whole.
-    run([&]() -> asio::awaitable<void> {
-        auto a = co_await open("a");
-        tenure::election e(a, "itest/fw5/leader", "a");
-        auto lead = co_await e.acquire();
-        std::vector<write_op> many;
-        for (int i = 0; i < 129; ++i) many.push_back(write_op::put("itest/fw5/many/" + std::to_string(i), "v"));
-        auto [ec, t] = co_await try_write(lead, many);
-        BOOST_TEST(ec, "a txn of 129 ops was accepted");
-        BOOST_TEST_MESSAGE("129 writes on etcd: " << ec.message());
-        bool const written = (co_await read("itest/fw5/many/0")).has_value();
-        BOOST_TEST(!written);
+        for (int i = 0; i < count; ++i) many.push_back(write_op::put(base + "/many/" + std::to_string(i), "v"));
+        auto [ec, t] = co_await try_write(lead, std::move(many));
+        BOOST_TEST_MESSAGE(count << " writes: " << (ec ? ec.message() : "committed"));
+        bool const first = (co_await env.read(base + "/many/0")).has_value();
+        bool const last = (co_await env.read(base + "/many/" + std::to_string(count - 1))).has_value();
+        BOOST_TEST((ec == refusal), ec.message());
+        if (!refusal) BOOST_TEST((first && last));
+        else BOOST_TEST(!(first || last));
         BOOST_TEST(lead.held());
         co_await a.close();
     });
+}
+
+}  // namespace
+
+// Each case runs on both backends: <consul_env> and <etcd_env>.
+using backends = boost::mpl::list<consul_env, etcd_env>;
+
+BOOST_AUTO_TEST_SUITE(fenced_write)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(leader_commits_a_batch_and_names_its_token, Env, backends) {
+    Env env;
+    ::leader_commits_a_batch_and_names_its_token(env, "itest/fw1");
+}
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_holder_whose_session_ended_is_refused_and_writes_nothing, Env, backends) {
+    Env env;  // Consul: the session destroyed; etcd: the lease revoked
+    ::a_holder_whose_session_ended_is_refused_and_writes_nothing(env, "itest/fw2");
+}
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_holder_whose_key_was_taken_is_refused_and_learns_it, Env, backends) {
+    Env env;
+    ::a_holder_whose_key_was_taken_is_refused_and_learns_it(env, "itest/fw3");
+}
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_semaphore_permit_fences_its_writes, Env, backends) {
+    Env env;
+    ::a_semaphore_permit_fences_its_writes(env, "itest/fw4");
+}
+BOOST_AUTO_TEST_CASE_TEMPLATE(bad_input_is_refused_and_changes_nothing, Env, backends) {
+    Env env;
+    ::bad_input_is_refused_and_changes_nothing(env, "itest/fw5");
+    ::a_batch_of(env, env.max_batch + 1, env.too_big, "itest/fw6");
+    ::a_batch_of(env, env.max_batch, {}, "itest/fw7");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
