@@ -71,7 +71,8 @@ public:
     /// Leadership itself is unaffected.
     /// @async_errors
     /// A `boost::system::system_error` thrown by the work completes the operation
-    /// with its code; any other exception with `error::unexpected_response`.
+    /// with its code; any other exception with `error::unexpected_response`;
+    /// `error::not_held` for an empty scope (the work is not started).
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; what the work refers to
     /// (usually the scope itself) must outlive the operation.
@@ -97,7 +98,8 @@ public:
     /// meanwhile (which releases the key).
     template <class CompletionToken = boost::asio::deferred_t>
     auto wait_lost(CompletionToken&& token = {}) {
-        return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token));
+        return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// Releases the key (`?release=` on Consul, a delete on etcd): no lock-delay
@@ -136,9 +138,13 @@ public:
     /// outlive it.
     template <class CompletionToken = boost::asio::deferred_t>
     auto confirm(CompletionToken&& token = {}) {
-        return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token));
+        return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
+    /// The session's executor; a null one for an empty scope (default-constructed
+    /// or moved from), whose operations then complete through their handlers on
+    /// the handler's associated executor.
     boost::asio::any_io_executor get_executor() const;
 
 private:

@@ -165,13 +165,14 @@ public:
     /// The loss reason: `error::session_invalidated` (the server invalidated it),
     /// `error::lease_expired_locally` (no renewal acknowledged before the local
     /// deadline), `error::lease_not_found` on etcd, `error::leadership_lost` after
-    /// close().
+    /// close(); `error::no_session` for an empty session.
     /// @async_lifetimes
     /// The session object must not be destroyed or moved from until the operation
     /// completes.
     template <class CompletionToken = boost::asio::deferred_t>
     auto wait_lost(CompletionToken&& token = {}) {
-        return detail::async_run(get_executor(), wait_lost_impl(), std::forward<CompletionToken>(token));
+        return detail::async_run(get_executor(), wait_lost_impl(), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// Releases every key held through this session, then destroys it on the server
@@ -186,7 +187,8 @@ public:
     /// (with its lock-delay).
     /// @async_errors
     /// Transport and HTTP errors of the release or the destroy (the session is
-    /// stopped locally either way).
+    /// stopped locally either way). An empty session completes at once with
+    /// success: there is nothing to close.
     /// @async_lifetimes
     /// The session object and its client must outlive the operation.
     template <class CompletionToken = boost::asio::deferred_t>

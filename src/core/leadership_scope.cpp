@@ -106,11 +106,11 @@ std::string const& leadership_scope::session_id() const noexcept { return state_
 std::string const& leadership_scope::value() const noexcept { return state_ ? state_->value : empty_string; }
 
 boost::asio::any_io_executor leadership_scope::get_executor() const {
-    if (!state_) throw boost::system::system_error(make_error_code(error::not_held));
-    return state_->session->executor;
+    return state_ ? state_->session->executor : boost::asio::any_io_executor{};
 }
 
 asio::awaitable<bool> leadership_scope::run_impl(std::shared_ptr<detail::scope_state> s, asio::awaitable<void> work) {
+    if (!s) throw boost::system::system_error(make_error_code(error::not_held));
     if (s->status != detail::scope_status::held) co_return false;
     // The work finishing first is a normal end; the loss event first cancels
     // the work and waits for it to finish.

@@ -265,25 +265,38 @@ session::~session() {
     asio::co_spawn(impl->executor, [impl]() { return impl->close(); }, asio::detached);
 }
 
-std::string const& session::id() const { return impl_->id; }
-session_options const& session::options() const { return impl_->options; }
-session::executor_type session::get_executor() const { return impl_->executor; }
-session_state session::state() const { return impl_->fsm.state(); }
-boost::system::error_code session::lost_reason() const { return impl_->lost_reason; }
-session::clock::time_point session::local_deadline() const { return impl_->fsm.local_deadline(); }
+namespace {
+std::string const no_id;
+session_options const no_options;
+}  // namespace
+
+// An empty session (default-constructed, moved from) answers as a lost one.
+std::string const& session::id() const { return impl_ ? impl_->id : no_id; }
+session_options const& session::options() const { return impl_ ? impl_->options : no_options; }
+session::executor_type session::get_executor() const { return impl_ ? impl_->executor : executor_type{}; }
+session_state session::state() const { return impl_ ? impl_->fsm.state() : session_state::lost; }
+boost::system::error_code session::lost_reason() const {
+    return impl_ ? impl_->lost_reason : make_error_code(error::no_session);
+}
+session::clock::time_point session::local_deadline() const {
+    return impl_ ? impl_->fsm.local_deadline() : clock::time_point{};
+}
 
 void session::on_state_change(std::function<void(session_state)> callback) {
+    if (!impl_) throw boost::system::system_error(make_error_code(error::no_session));
     impl_->callbacks.push_back(std::move(callback));
 }
 
 asio::awaitable<void> session::wait_lost_impl() {
     auto impl = impl_;
+    if (!impl) throw boost::system::system_error(make_error_code(error::no_session));
     co_await impl->lost_event.wait();
     throw boost::system::system_error(impl->lost_reason);
 }
 
 asio::awaitable<void> session::close_impl() {
     auto impl = impl_;
+    if (!impl) co_return;  // nothing to close
     co_await impl->close();
 }
 
