@@ -42,7 +42,22 @@ asio::awaitable<void> pause_and_grow(clock::duration& delay) {
 }
 
 void session_impl::start() {
-    asio::co_spawn(executor, [self = shared_from_this()]() { return self->renew_loop(); }, asio::detached);
+    spawn_owned([self = shared_from_this()]() { return self->renew_loop(); });
+}
+
+void session_impl::spawn_owned(std::function<asio::awaitable<void>()> work, asio::cancellation_slot slot) {
+    ++background;
+    asio::co_spawn(executor, std::move(work),
+                   asio::bind_cancellation_slot(slot, [self = shared_from_this()](std::exception_ptr) {
+                       if (--self->background == 0) self->background_idle.cancel();
+                   }));
+}
+
+asio::awaitable<void> session_impl::background_finished() {
+    while (background > 0) {
+        background_idle.expires_at(clock::time_point::max());
+        co_await background_idle.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
 }
 
 void session_impl::notify(session_state s) {
@@ -244,6 +259,11 @@ asio::awaitable<void> session_impl::close() {
         lost_event.set();
         notify(session_state::lost);
     }
+    // The renewal loop ends at its next wake-up (a renewal in flight is
+    // bounded by its deadline), monitors with their release or loss, and
+    // background releases with their request: wait for all of them.
+    wake.cancel();
+    co_await background_finished();
     if (first_error) throw boost::system::system_error(first_error);
 }
 
@@ -259,6 +279,8 @@ session& session::operator=(session&& other) noexcept {
     return *this;
 }
 
+// Owner of this close: the io_context, whose run() returns once it (and
+// the background work it waits for) has finished.
 session::~session() {
     if (!impl_ || impl_->closing) return;
     auto impl = impl_;
