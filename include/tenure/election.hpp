@@ -99,7 +99,7 @@ public:
     /// @async_lifetimes
     /// The election, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto acquire(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -118,7 +118,7 @@ public:
     /// @async_lifetimes
     /// The election, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto try_acquire(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -137,7 +137,7 @@ public:
     /// @async_lifetimes
     /// The election, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto leader(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), leader_impl(), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -184,7 +184,7 @@ public:
     /// @async_lifetimes
     /// The observer and its client must outlive the operation. One next() at a time
     /// per observer.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto next(CompletionToken&& token = {}) {
         return detail::async_run(executor_, next_impl(), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -239,7 +239,7 @@ boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_option
 /// @async_lifetimes
 /// The client must outlive the operation. `options` and `body` are taken by
 /// value; what `body` refers to must outlive the operation.
-template <class CompletionToken = boost::asio::deferred_t>
+template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto campaign(consul::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
     return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
@@ -264,7 +264,7 @@ auto campaign(consul::client& client, campaign_options options,
 /// @async_lifetimes
 /// The client must outlive the operation. `options` and `body` are taken by
 /// value; what `body` refers to must outlive the operation.
-template <class CompletionToken = boost::asio::deferred_t>
+template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto campaign(etcd::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
     return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),

@@ -20,6 +20,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 namespace tenure {
 
@@ -37,7 +38,7 @@ namespace tenure {
 /// exception.
 /// @async_lifetimes
 /// What `op` operates on (the client) must outlive the operation.
-template <class T, class CompletionToken = boost::asio::deferred_t>
+template <class T, class CompletionToken = boost::asio::use_awaitable_t<>>
 auto launch(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, CompletionToken&& token = {}) {
     return detail::async_run(std::move(ex), std::move(op), std::forward<CompletionToken>(token));
 }

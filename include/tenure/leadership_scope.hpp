@@ -19,6 +19,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -76,7 +77,7 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; what the work refers to
     /// (usually the scope itself) must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto run(boost::asio::awaitable<void> work, CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), run_impl(state_, std::move(work)),
                                  std::forward<CompletionToken>(token));
@@ -96,7 +97,7 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the scope object may go away
     /// meanwhile (which releases the key).
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto wait_lost(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -118,7 +119,7 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the session's client must
     /// outlive it.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto release(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), release_impl(state_), std::forward<CompletionToken>(token));
     }
@@ -136,7 +137,7 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the session's client must
     /// outlive it.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto confirm(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);

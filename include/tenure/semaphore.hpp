@@ -109,7 +109,7 @@ public:
     /// @async_lifetimes
     /// The semaphore, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto acquire(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -127,7 +127,7 @@ public:
     /// @async_lifetimes
     /// The semaphore, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto try_acquire(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);
@@ -145,7 +145,7 @@ public:
     /// @async_lifetimes
     /// The semaphore, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto state(CompletionToken&& token = {}) {
         return detail::async_run(session_->get_executor(), state_impl(), std::forward<CompletionToken>(token),
                                  detail::cancel_on::any);

@@ -9,6 +9,10 @@
 //   operation_aborted, and what it waited on is as it was (the holder still
 //   holds, no key or contender entry of ours is left, the scope and session
 //   are unaffected).
+// - background_work: after close(), nothing of the session is left on the
+//   io_context.
+// - server_diagnostics: a refused request's HTTP status and message reach
+//   the caller on the exception path and on the error-code path.
 // - empty_objects: every operation of an empty scope, session, and of an
 //   election or semaphore whose session was moved from, completes through
 //   its handler with the documented outcome; none throws from the
@@ -22,6 +26,7 @@
 
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
+#include <tenure/diagnostics.hpp>
 #include <tenure/election.hpp>
 #include <tenure/error.hpp>
 #include <tenure/fenced_write.hpp>
@@ -33,6 +38,8 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -250,9 +257,9 @@ BOOST_DATA_TEST_CASE(a_parked_observer_stops_and_stays_usable, boost::unit_test:
 
 BOOST_AUTO_TEST_SUITE_END()
 
-// Reads are parked by stopping the agent process (SIGSTOP): the request is
-// written, and no answer can come until SIGCONT.
-struct stopped_agent_fixture {
+// The `tenure agent` process over HTTP. Reads are parked by stopping it
+// (SIGSTOP): the request is written, and no answer can come until SIGCONT.
+struct http_agent {
     tenure::itest::agent_process agent{[] {
         tenure::itest::agent_options o;
         o.session_ttl_min = "100ms";
@@ -260,16 +267,16 @@ struct stopped_agent_fixture {
     }()};
     asio::io_context ioc{1};
     std::unique_ptr<consul::client> client;
-    stopped_agent_fixture() {
+    http_agent() {
         consul::client_config c;
         c.address = "http://127.0.0.1:" + std::to_string(agent.port());
         c.request_timeout = 5000ms;
         client = std::make_unique<consul::client>(ioc.get_executor(), c);
     }
-    ~stopped_agent_fixture() { ::kill(agent.pid(), SIGCONT); }
+    ~http_agent() { ::kill(agent.pid(), SIGCONT); }
 };
 
-BOOST_FIXTURE_TEST_SUITE(cancellation_table_reads, stopped_agent_fixture)
+BOOST_FIXTURE_TEST_SUITE(cancellation_table_reads, http_agent)
 
 BOOST_DATA_TEST_CASE(reads_parked_on_the_server_stop_and_change_nothing, boost::unit_test::data::make(all_types),
                      type) {
@@ -303,6 +310,100 @@ BOOST_DATA_TEST_CASE(reads_parked_on_the_server_stop_and_change_nothing, boost::
         BOOST_TEST(who->session == s.id());
         co_await lead.release();
         co_await s.close();
+    });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The session owns its background work (renewal loop, monitors, releases
+// started by scope destructors): once close() has completed, an io_context
+// with nothing else to do returns from run().
+BOOST_FIXTURE_TEST_SUITE(background_work, http_agent)
+
+BOOST_AUTO_TEST_CASE(run_returns_after_close_with_no_work_left) {
+    bool closed = false;
+    asio::co_spawn(
+        ioc,
+        [&]() -> asio::awaitable<void> {
+            tenure::session_options o;
+            o.name = "owner";
+            o.ttl = 10s;  // a renewal loop that would keep run() busy for long
+            o.lock_delay = 0ms;
+            auto s = co_await tenure::session::create(*client, o);
+            tenure::election kept(s, "contract/bg/kept", "v"), dropped(s, "contract/bg/dropped", "v");
+            auto lead = co_await kept.acquire();  // its monitor watches the key
+            {
+                auto gone = co_await dropped.acquire();
+            }  // released in the background by the scope's destructor
+            co_await s.close();
+            closed = true;
+        },
+        [](std::exception_ptr e) {
+            if (e) std::rethrow_exception(e);
+        });
+    ioc.run_for(30s);
+    BOOST_TEST_REQUIRE(closed);
+    BOOST_TEST(ioc.stopped(), "work was left on the io_context after close()");
+    // Nothing is held any more: the background release went through.
+    asio::io_context check{1};
+    consul::client_config c;
+    c.address = "http://127.0.0.1:" + std::to_string(agent.port());
+    consul::client reader(check.get_executor(), c);
+    std::optional<consul::kv_pair> kept_key, dropped_key;
+    asio::co_spawn(
+        check,
+        [&]() -> asio::awaitable<void> {
+            kept_key = (co_await reader.kv_get("contract/bg/kept")).value;
+            dropped_key = (co_await reader.kv_get("contract/bg/dropped")).value;
+        },
+        asio::detached);
+    check.run_for(10s);
+    BOOST_TEST_REQUIRE(kept_key.has_value());
+    BOOST_TEST(kept_key->session.empty());
+    BOOST_TEST_REQUIRE(dropped_key.has_value());
+    BOOST_TEST(dropped_key->session.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// A refused request keeps the server's words on both paths: the exception
+// (awaited with the default token) and the error code (with_diagnostics).
+BOOST_FIXTURE_TEST_SUITE(server_diagnostics, http_agent)
+
+BOOST_AUTO_TEST_CASE(a_refused_session_create_says_why_on_both_paths) {
+    tenure::itest::run_scenario(ioc, [&]() -> asio::awaitable<void> {
+        tenure::session_options o;
+        o.name = "too long";
+        o.ttl = 25h;  // beyond the 24 h Consul allows
+        // The exception path: the client's api_error itself.
+        bool thrown = false;
+        try {
+            co_await tenure::session::create(*client, o);
+        } catch (tenure::server_error const& e) {
+            thrown = true;
+            BOOST_TEST(e.http_status() == 500u);  // Consul's answer to a bad TTL, and the agent's
+            BOOST_TEST(e.server_message().find("TTL") != std::string::npos, e.server_message());
+            std::string const what = e.what();
+            BOOST_TEST(what.find("500") != std::string::npos, what);
+            BOOST_TEST(what.find("TTL") != std::string::npos, what);
+        }
+        BOOST_TEST(thrown, "no tenure::server_error was thrown");
+        // The error-code path.
+        tenure::diagnostics diag;
+        auto [ec, s] =
+            co_await tenure::session::create(*client, o, tenure::with_diagnostics(diag, asio::as_tuple(asio::use_awaitable)));
+        BOOST_TEST((ec == tenure::error::http_status), ec.message());
+        BOOST_TEST(!s.valid());
+        BOOST_TEST(diag.http_status() == 500u);
+        BOOST_TEST(diag.server_message().find("TTL") != std::string::npos, diag.server_message());
+        BOOST_TEST(diag.what().find("500") != std::string::npos, diag.what());
+        // A success clears it.
+        o.ttl = 10s;
+        auto [ec2, s2] =
+            co_await tenure::session::create(*client, o, tenure::with_diagnostics(diag, asio::as_tuple(asio::use_awaitable)));
+        BOOST_TEST(!ec2, ec2.message());
+        BOOST_TEST(diag.empty());
+        co_await s2.close();
     });
 }
 

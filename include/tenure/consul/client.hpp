@@ -15,6 +15,7 @@
 /// one. This header, and the tenure::client library, know nothing of the agent.
 #pragma once
 
+#include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -82,18 +83,13 @@ struct client_config {
 };
 
 /// The error thrown by every client operation that fails.
-class api_error : public boost::system::system_error {
+/// http_status(): 0 when the failure was not an HTTP answer (connect,
+/// timeout, parse). server_message(): the server's text body for an error
+/// status (may contain user input); when http_status() is 0, what failed,
+/// e.g. "GET /v1/kv/a on 127.0.0.1:8500".
+class api_error : public tenure::server_error {
 public:
     api_error(boost::system::error_code ec, unsigned http_status, std::string server_message);
-    /// 0 when the failure was not an HTTP answer (connect, timeout, parse).
-    unsigned http_status() const noexcept { return status_; }
-    /// The server's text body for an error status (may contain user input).
-    /// When http_status() is 0: what failed, e.g. "GET /v1/kv/a on 127.0.0.1:8500".
-    std::string const& server_message() const noexcept { return message_; }
-
-private:
-    unsigned status_;
-    std::string message_;
 };
 
 /// X-Consul-Index / -KnownLeader / -LastContact of a read.

@@ -30,6 +30,7 @@
 /// braced temporary inside the co_await expression.
 #pragma once
 
+#include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -60,26 +61,23 @@ struct client_config {
 };
 
 /// The error thrown by every client operation that fails.
-class api_error : public boost::system::system_error {
+/// http_status(): 0 when the failure was not an HTTP answer (connect,
+/// timeout, parse). server_message(): the gateway's message ("etcdserver:
+/// requested lease not found"), or for transport failures what failed
+/// ("POST /v3/kv/put on 127.0.0.1:2379: ...").
+class api_error : public tenure::server_error {
 public:
     api_error(boost::system::error_code ec, unsigned http_status, int grpc_code, std::string server_message,
               std::int64_t compact_revision = 0);
-    /// 0 when the failure was not an HTTP answer (connect, timeout, parse).
-    unsigned http_status() const noexcept { return status_; }
     /// The gRPC status code the gateway reported (5 NotFound, 11 OutOfRange,
     /// 14 Unavailable, ...); 0 when there was none.
     int grpc_code() const noexcept { return grpc_code_; }
-    /// The gateway's message ("etcdserver: requested lease not found"), or for
-    /// transport failures what failed ("POST /v3/kv/put on 127.0.0.1:2379: ...").
-    std::string const& server_message() const noexcept { return message_; }
     /// For error::etcd_compacted raised by a watch: the compaction revision
     /// (resume by reading at or after it). 0 otherwise.
     std::int64_t compact_revision() const noexcept { return compact_revision_; }
 
 private:
-    unsigned status_;
     int grpc_code_;
-    std::string message_;
     std::int64_t compact_revision_;
 };
 
