@@ -214,12 +214,14 @@ struct campaign_options {
 /// session cleanly, so the next leader takes over without lock-delay.
 /// Completion signature: void(error_code) — operation_aborted when cancelled.
 /// Cancellation: terminal.
-boost::asio::awaitable<void> campaign_impl(consul::client& client, campaign_options options,
-                                           std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
+namespace detail {
+boost::asio::awaitable<void> campaign_op(consul::client& client, campaign_options options,
+                                         std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
 #if TENURE_HAS_ETCD
-boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_options options,
-                                           std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
+boost::asio::awaitable<void> campaign_op(etcd::client& client, campaign_options options,
+                                         std::function<boost::asio::awaitable<void>(leadership_scope&)> body);
 #endif
+}  // namespace detail
 
 /// The campaign loop: create a session, acquire `options.key`, run `body` under
 /// the scope, release, and campaign again after a loss (with a new session if
@@ -242,7 +244,7 @@ boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_option
 template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto campaign(consul::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
-    return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
+    return detail::async_run(client.get_executor(), detail::campaign_op(client, std::move(options), std::move(body)),
                              std::forward<CompletionToken>(token));
 }
 
@@ -267,7 +269,7 @@ auto campaign(consul::client& client, campaign_options options,
 template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto campaign(etcd::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
-    return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
+    return detail::async_run(client.get_executor(), detail::campaign_op(client, std::move(options), std::move(body)),
                              std::forward<CompletionToken>(token));
 }
 #endif

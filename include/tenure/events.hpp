@@ -54,16 +54,4 @@ struct leadership_event {
 
 using leadership_event_handler = std::function<void(leadership_event const&)>;
 
-namespace detail {
-// Calls the handler if set; a throwing handler must not break the renewal loop.
-inline void emit_event(leadership_event_handler const& h, leadership_event e) noexcept {
-    if (!h) return;
-    if (e.at == std::chrono::steady_clock::time_point{}) e.at = std::chrono::steady_clock::now();
-    try {
-        h(e);
-    } catch (...) {
-    }
-}
-}  // namespace detail
-
 }  // namespace tenure

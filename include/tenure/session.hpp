@@ -64,6 +64,7 @@ struct session_options {
 
 namespace detail {
 struct session_impl;
+struct session_access;
 }
 
 class session {
@@ -205,9 +206,8 @@ public:
         return detail::async_run(get_executor(), close_impl(), std::forward<CompletionToken>(token));
     }
 
-    std::shared_ptr<detail::session_impl> const& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::session_access;
     explicit session(std::shared_ptr<detail::session_impl> impl) : impl_(std::move(impl)) {}
     static boost::asio::awaitable<session> create_impl(consul::client& client, session_options options);
 #if TENURE_HAS_ETCD

@@ -63,7 +63,7 @@ asio::awaitable<session> session::create_impl(consul::client& client, session_op
 leader_observer::leader_observer(consul::client& client, std::string key)
     : executor_(client.get_executor()), backend_(std::make_shared<detail::consul_observer>(client, std::move(key))) {}
 
-boost::asio::awaitable<void> campaign_impl(consul::client& client, campaign_options options,
+boost::asio::awaitable<void> detail::campaign_op(consul::client& client, campaign_options options,
                                     std::function<boost::asio::awaitable<void>(leadership_scope&)> body) {
     auto create = [&client](session_options const& o) { return session::create(client, o, boost::asio::use_awaitable); };
     return detail::campaign_loop(create, std::move(options), std::move(body));

@@ -51,6 +51,16 @@ struct claim {
     election_options const* options = nullptr;
 };
 
+// Calls the handler if set; a throwing handler must not break the renewal loop.
+inline void emit_event(leadership_event_handler const& h, leadership_event e) noexcept {
+    if (!h) return;
+    if (e.at == std::chrono::steady_clock::time_point{}) e.at = std::chrono::steady_clock::now();
+    try {
+        h(e);
+    } catch (...) {
+    }
+}
+
 // Who holds a claim's key, in the order its backend ranks them.
 struct claim_holders {
     std::vector<leader_info> holders;     // key: the leader, if any
@@ -184,6 +194,11 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     bool begin_release();
     // send_release(), stopping the monitor if the release fails.
     asio::awaitable<void> release_remote();
+};
+
+// The session behind a tenure::session (null for an empty one).
+struct session_access {
+    static std::shared_ptr<session_impl> const& impl(session const& s) noexcept { return s.impl_; }
 };
 
 struct scope_access {

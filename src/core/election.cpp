@@ -22,7 +22,7 @@ election::election(session& s, std::string key, std::string value, election_opti
 }
 
 asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
-    auto sess = session_->impl();
+    auto sess = detail::session_access::impl(*session_);
     if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
     if (sess->lost_event.is_set()) throw boost::system::system_error(sess->lost_reason);
     // A candidate whose session dies while it waits stops with that reason.
@@ -34,7 +34,7 @@ asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
 }
 
 asio::awaitable<std::optional<leader_info>> election::leader_impl() {
-    auto sess = session_->impl();
+    auto sess = detail::session_access::impl(*session_);
     if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
     auto held = co_await sess->read(detail::claim_kind::key, key_, 1);
     if (held.holders.empty()) co_return std::nullopt;

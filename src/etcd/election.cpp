@@ -600,7 +600,7 @@ boost::asio::awaitable<session> session::create_impl(etcd::client& client, sessi
     co_return session(co_await detail::create_etcd_session(client, std::move(options)));
 }
 
-boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_options options,
+boost::asio::awaitable<void> detail::campaign_op(etcd::client& client, campaign_options options,
                                     std::function<boost::asio::awaitable<void>(leadership_scope&)> body) {
     auto create = [&client](session_options const& o) { return session::create(client, o, boost::asio::use_awaitable); };
     return detail::campaign_loop(create, std::move(options), std::move(body));

@@ -797,7 +797,7 @@ BOOST_AUTO_TEST_CASE(a_long_lived_session_forgets_ended_terms) {
             last = s.token();
             co_await s.release();
         }
-        BOOST_TEST(a.impl()->scopes.size() <= 64u, a.impl()->scopes.size() << " scope records after 500 terms");
+        BOOST_TEST(tenure::detail::session_access::impl(a)->scopes.size() <= 64u, tenure::detail::session_access::impl(a)->scopes.size() << " scope records after 500 terms");
         co_await a.close();
     });
 }

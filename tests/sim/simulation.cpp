@@ -207,7 +207,7 @@ private:
     params const& w_params() const;
     void trace(char const* fmt, ...) const __attribute__((format(printf, 2, 3)));
 
-    // campaign_impl
+    // campaign_op
     void campaign_loop();
     void campaign_sleep_then_loop();
     void create_session();
@@ -456,7 +456,7 @@ void client::deliver(std::uint64_t rid, reply r) {
     fn(std::move(r));
 }
 
-// ---- campaign_impl ----
+// ---- campaign_op ----
 
 void client::campaign_loop() {
     if (!sess_ || sess_->fsm.state() == tenure::detail::session_state::lost) {
@@ -856,7 +856,7 @@ void client::release_then_continue(std::shared_ptr<scope_model> const& sc) {
                 after();
                 return;
             }
-            // campaign_impl does not catch a failed release: the campaign ends
+            // campaign_op does not catch a failed release: the campaign ends
             // with the error. The model's application starts a new campaign
             // (new session) after the backoff; the old session object's
             // destructor closes it (its scope is already released).
