@@ -77,7 +77,9 @@ inline std::ostream& operator<<(std::ostream& os, cancellation_type t) {
 }
 }  // namespace boost::asio
 
-namespace {
+// A named namespace, not an anonymous one: the coroutine frames of the
+// BOOST_DATA_TEST_CASEs below use these types (g++ -Wsubobject-linkage).
+namespace contract_test {
 
 struct inprocess_agent {
     asio::io_context ioc{1};
@@ -85,9 +87,11 @@ struct inprocess_agent {
     std::unique_ptr<consul::client> client;
 
     inprocess_agent() {
-        agent = std::make_unique<tenure::agent>(
-            ioc.get_executor(),
-            tenure::agent_options{.http_addr = "127.0.0.1:0", .session_ttl_min = 100ms, .log_stream = nullptr});
+        tenure::agent_options o;
+        o.http_addr = "127.0.0.1:0";
+        o.session_ttl_min = 100ms;
+        o.log_stream = nullptr;
+        agent = std::make_unique<tenure::agent>(ioc.get_executor(), std::move(o));
         agent->start();
         client = std::make_unique<consul::client>(ioc.get_executor(), agent->in_process());
     }
@@ -155,7 +159,9 @@ std::vector<asio::cancellation_type> const all_types{asio::cancellation_type::te
                                                      asio::cancellation_type::partial,
                                                      asio::cancellation_type::total};
 
-}  // namespace
+}  // namespace contract_test
+
+using namespace contract_test;
 
 BOOST_FIXTURE_TEST_SUITE(cancellation_table, inprocess_agent)
 
