@@ -8,10 +8,9 @@ namespace tenure::etcd {
 
 api_error::api_error(boost::system::error_code ec, unsigned http_status, int grpc_code, std::string server_message,
                      std::int64_t compact_revision)
-    : boost::system::system_error(boost::system::error_code(ec.value(), ec.category()), server_message),
-      status_(http_status),
+    : tenure::server_error(boost::system::error_code(ec.value(), ec.category()), server_message, http_status,
+                           server_message),
       grpc_code_(grpc_code),
-      message_(std::move(server_message)),
       compact_revision_(compact_revision) {}
 
 }  // namespace tenure::etcd
