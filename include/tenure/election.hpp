@@ -94,13 +94,15 @@ public:
     /// `error::lock_conflict` (the key is used with other flags, e.g. by a
     /// semaphore); the session's loss reason if it is lost meanwhile
     /// (`error::session_invalidated`, `error::lease_expired_locally`); transport
-    /// errors that persist beyond the session's lease.
+    /// errors that persist beyond the session's lease; `error::no_session` when
+    /// the session is empty (moved from since the election was made).
     /// @async_lifetimes
     /// The election, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto acquire(CompletionToken&& token = {}) {
-        return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token));
+        return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// One attempt: completes with an empty scope (`!scope`) when the key is held by
@@ -108,17 +110,18 @@ public:
     ///
     /// @async_completion{void(boost::system::error_code, tenure::leadership_scope)}
     /// @async_cancellation
-    /// Terminal: completes with `operation_aborted`; a key taken just before the
-    /// cancellation took effect is released again.
+    /// Terminal, partial and total: completes with `operation_aborted`; a key
+    /// taken just before the cancellation took effect is released again.
     /// @async_errors
     /// As acquire(): `error::lock_conflict`, the session's loss reason, transport
-    /// errors.
+    /// errors; `error::no_session` when the session is empty (moved from).
     /// @async_lifetimes
     /// The election, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto try_acquire(CompletionToken&& token = {}) {
-        return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token));
+        return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// The current holder, or `std::nullopt` when nobody holds the key (a
@@ -126,15 +129,18 @@ public:
     ///
     /// @async_completion{void(boost::system::error_code, std::optional<tenure::leader_info>)}
     /// @async_cancellation
-    /// Terminal: completes with `operation_aborted`; nothing changes.
+    /// Terminal, partial and total: completes with `operation_aborted`; nothing
+    /// changes.
     /// @async_errors
-    /// Transport and HTTP errors (etcd errors on etcd).
+    /// Transport and HTTP errors (etcd errors on etcd); `error::no_session` when
+    /// the session is empty (moved from).
     /// @async_lifetimes
     /// The election, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto leader(CompletionToken&& token = {}) {
-        return detail::async_run(session_->get_executor(), leader_impl(), std::forward<CompletionToken>(token));
+        return detail::async_run(session_->get_executor(), leader_impl(), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
 private:
@@ -178,9 +184,10 @@ public:
     /// @async_lifetimes
     /// The observer and its client must outlive the operation. One next() at a time
     /// per observer.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto next(CompletionToken&& token = {}) {
-        return detail::async_run(executor_, next_impl(), std::forward<CompletionToken>(token));
+        return detail::async_run(executor_, next_impl(), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
 private:
@@ -232,7 +239,7 @@ boost::asio::awaitable<void> campaign_impl(etcd::client& client, campaign_option
 /// @async_lifetimes
 /// The client must outlive the operation. `options` and `body` are taken by
 /// value; what `body` refers to must outlive the operation.
-template <class CompletionToken = boost::asio::deferred_t>
+template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto campaign(consul::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
     return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),
@@ -257,7 +264,7 @@ auto campaign(consul::client& client, campaign_options options,
 /// @async_lifetimes
 /// The client must outlive the operation. `options` and `body` are taken by
 /// value; what `body` refers to must outlive the operation.
-template <class CompletionToken = boost::asio::deferred_t>
+template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto campaign(etcd::client& client, campaign_options options,
               std::function<boost::asio::awaitable<void>(leadership_scope&)> body, CompletionToken&& token = {}) {
     return detail::async_run(client.get_executor(), campaign_impl(client, std::move(options), std::move(body)),

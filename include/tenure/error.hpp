@@ -29,6 +29,8 @@ enum class error {
     watch_canceled,        // etcd canceled a watch for a reason other than compaction
     /// tenure::semaphore
     semaphore_limit_conflict,  // the semaphore's .lock carries another Limit than ours
+    /// every primitive
+    no_session,            // the session (or what uses it) is empty: default-constructed or moved from
 };
 
 boost::system::error_category const& error_category() noexcept;

@@ -35,6 +35,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <string>
 #include <utility>
@@ -85,13 +86,12 @@ boost::asio::awaitable<fencing_token> fenced_write_op(leadership_scope const& sc
 /// Terminal: completes with `operation_aborted`; the transaction may still
 /// have been applied.
 /// @async_errors
-/// `error::not_held`; `std::errc::invalid_argument`; transport and HTTP
-/// errors. An empty scope (default-constructed or moved from) throws
-/// `error::not_held` from the initiating call, as every scope operation does.
+/// `error::not_held` (also for an empty scope: default-constructed or moved
+/// from); `std::errc::invalid_argument`; transport and HTTP errors.
 /// @async_lifetimes
 /// The operation keeps the scope's state alive; the session's client must
 /// outlive it. `writes` is taken by value.
-template <class CompletionToken = boost::asio::deferred_t>
+template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto fenced_write(leadership_scope const& scope, std::vector<write_op> writes, CompletionToken&& token = {}) {
     return detail::async_run(scope.get_executor(), detail::fenced_write_op(scope, std::move(writes)),
                              std::forward<CompletionToken>(token));

@@ -19,6 +19,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -71,11 +72,12 @@ public:
     /// Leadership itself is unaffected.
     /// @async_errors
     /// A `boost::system::system_error` thrown by the work completes the operation
-    /// with its code; any other exception with `error::unexpected_response`.
+    /// with its code; any other exception with `error::unexpected_response`;
+    /// `error::not_held` for an empty scope (the work is not started).
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; what the work refers to
     /// (usually the scope itself) must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto run(boost::asio::awaitable<void> work, CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), run_impl(state_, std::move(work)),
                                  std::forward<CompletionToken>(token));
@@ -95,9 +97,10 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the scope object may go away
     /// meanwhile (which releases the key).
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto wait_lost(CompletionToken&& token = {}) {
-        return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token));
+        return detail::async_run(get_executor(), wait_lost_impl(state_), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// Releases the key (`?release=` on Consul, a delete on etcd): no lock-delay
@@ -116,7 +119,7 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the session's client must
     /// outlive it.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto release(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), release_impl(state_), std::forward<CompletionToken>(token));
     }
@@ -134,11 +137,15 @@ public:
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the session's client must
     /// outlive it.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto confirm(CompletionToken&& token = {}) {
-        return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token));
+        return detail::async_run(get_executor(), confirm_impl(state_), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
+    /// The session's executor; a null one for an empty scope (default-constructed
+    /// or moved from), whose operations then complete through their handlers on
+    /// the handler's associated executor.
     boost::asio::any_io_executor get_executor() const;
 
 private:

@@ -104,13 +104,15 @@ public:
     /// lock; on etcd: the contender key is on another lease);
     /// `error::semaphore_limit_conflict` (`.lock` says another Limit); the
     /// session's loss reason if it is lost meanwhile; transport errors that persist
-    /// beyond the session's lease.
+    /// beyond the session's lease; `error::no_session` when the session is empty
+    /// (moved from since the semaphore was made).
     /// @async_lifetimes
     /// The semaphore, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto acquire(CompletionToken&& token = {}) {
-        return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token));
+        return detail::async_run(session_->get_executor(), acquire_impl(false), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// One attempt: completes with an empty scope when all `limit` permits are
@@ -118,32 +120,35 @@ public:
     ///
     /// @async_completion{void(boost::system::error_code, tenure::leadership_scope)}
     /// @async_cancellation
-    /// Terminal: completes with `operation_aborted`; the contender key is deleted
-    /// again.
+    /// Terminal, partial and total: completes with `operation_aborted`; the
+    /// contender key is deleted again.
     /// @async_errors
     /// As acquire().
     /// @async_lifetimes
     /// The semaphore, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto try_acquire(CompletionToken&& token = {}) {
-        return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token));
+        return detail::async_run(session_->get_executor(), acquire_impl(true), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// The current holders (session ids) and limit, for tools (a consistent read).
     ///
     /// @async_completion{void(boost::system::error_code, tenure::semaphore_state)}
     /// @async_cancellation
-    /// Terminal: completes with `operation_aborted`; nothing changes.
+    /// Terminal, partial and total: completes with `operation_aborted`; nothing
+    /// changes.
     /// @async_errors
     /// `error::lock_conflict` when `.lock` is not a semaphore's; transport and HTTP
-    /// errors.
+    /// errors; `error::no_session` when the session is empty (moved from).
     /// @async_lifetimes
     /// The semaphore, its session and the session's client must outlive the
     /// operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto state(CompletionToken&& token = {}) {
-        return detail::async_run(session_->get_executor(), state_impl(), std::forward<CompletionToken>(token));
+        return detail::async_run(session_->get_executor(), state_impl(), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
 private:

@@ -18,6 +18,7 @@
 #include <tenure/detail/async_bridge.hpp>
 
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <functional>
@@ -95,7 +96,7 @@ public:
     /// @async_lifetimes
     /// The client must outlive the operation and the session. `options` is taken by
     /// value.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     static auto create(consul::client& client, session_options options, CompletionToken&& token = {}) {
         return detail::async_run(client.get_executor(), create_impl(client, std::move(options)),
                                  std::forward<CompletionToken>(token));
@@ -135,7 +136,7 @@ public:
     /// @async_lifetimes
     /// The etcd client must outlive the operation and the session. `options` is
     /// taken by value.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     static auto create(etcd::client& client, session_options options, CompletionToken&& token = {}) {
         return detail::async_run(client.get_executor(), create_impl(client, std::move(options)),
                                  std::forward<CompletionToken>(token));
@@ -165,19 +166,28 @@ public:
     /// The loss reason: `error::session_invalidated` (the server invalidated it),
     /// `error::lease_expired_locally` (no renewal acknowledged before the local
     /// deadline), `error::lease_not_found` on etcd, `error::leadership_lost` after
-    /// close().
+    /// close(); `error::no_session` for an empty session.
     /// @async_lifetimes
     /// The session object must not be destroyed or moved from until the operation
     /// completes.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto wait_lost(CompletionToken&& token = {}) {
-        return detail::async_run(get_executor(), wait_lost_impl(), std::forward<CompletionToken>(token));
+        return detail::async_run(get_executor(), wait_lost_impl(), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
     }
 
     /// Releases every key held through this session, then destroys it on the server
     /// (release first, so a clean shutdown imposes no lock-delay on the next
     /// holder). On etcd: deletes the session's election keys, then revokes the
     /// lease.
+    ///
+    /// The session owns all the background work it and its scopes start: the
+    /// renewal loop, each scope's monitor, and the release a scope's destructor
+    /// sends. close() completes only once every one of them has finished, so
+    /// nothing of the session is left on the io_context afterwards (an
+    /// io_context with no other work returns from run()). A session destroyed
+    /// without close() closes in the background, and that close (with what it
+    /// waits for) is the io_context's: run() returns once it has finished.
     ///
     /// @async_completion{void(boost::system::error_code)}
     /// @async_cancellation
@@ -186,10 +196,11 @@ public:
     /// (with its lock-delay).
     /// @async_errors
     /// Transport and HTTP errors of the release or the destroy (the session is
-    /// stopped locally either way).
+    /// stopped locally either way). An empty session completes at once with
+    /// success: there is nothing to close.
     /// @async_lifetimes
     /// The session object and its client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto close(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), close_impl(), std::forward<CompletionToken>(token));
     }

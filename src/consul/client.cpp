@@ -64,10 +64,8 @@ std::string api_error_what(unsigned status, std::string_view message) {
 
 api_error::api_error(boost::system::error_code ec, unsigned http_status, std::string server_message)
     // The code without its source location: what() stays readable.
-    : boost::system::system_error(boost::system::error_code(ec.value(), ec.category()),
-                                  api_error_what(http_status, server_message)),
-      status_(http_status),
-      message_(std::move(server_message)) {}
+    : tenure::server_error(boost::system::error_code(ec.value(), ec.category()),
+                           api_error_what(http_status, server_message), http_status, server_message) {}
 
 std::uint64_t next_wait_index(std::uint64_t previous, std::uint64_t returned) noexcept {
     if (returned < previous) return 0;

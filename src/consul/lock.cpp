@@ -188,7 +188,13 @@ lock_outcome classify(consul::txn_result const& r) {
 
 // One lock transaction (the lock op last, after any guard): how it went, and
 // the locked key when it went through for `session`. A transport failure is
-// `failed`; cancellation propagates.
+// `failed`.
+//
+// The request itself is not cancelled: aborted in flight, it could still
+// take the key on the server, and nobody would release it until the session
+// ended. A cancellation that arrives meanwhile is honoured once the answer
+// is in: a key taken is released again, then operation_aborted is thrown
+// (so an acquire cancelled with any type leaves nothing behind).
 struct lock_attempt {
     lock_outcome outcome = lock_outcome::failed;
     std::optional<consul::kv_pair> held;
@@ -196,19 +202,36 @@ struct lock_attempt {
 
 asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consul::txn_op> ops,
                                        std::string const& session) {
+    auto ex = co_await asio::this_coro::executor;
+    // Awaited with no cancellation slot: nothing cancels the request.
+    auto unstoppable = [] { return asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable); };
     std::optional<consul::txn_result> t;
     try {
-        t = co_await coro(client).txn(std::move(ops));
+        t = co_await asio::co_spawn(ex, coro(client).txn(std::move(ops)), unstoppable());
     } catch (system_error const& ex) {
         if (is_abort(ex)) throw;
     }
     lock_attempt a;
-    if (!t) co_return a;
-    a.outcome = classify(*t);
-    if (a.outcome != lock_outcome::acquired) co_return a;
-    if (t->results.empty() || t->results.back().session != session) a.outcome = lock_outcome::failed;  // an odd answer
-    else a.held = std::move(t->results.back());
-    co_return a;
+    if (t) {
+        a.outcome = classify(*t);
+        if (a.outcome == lock_outcome::acquired) {
+            if (t->results.empty() || t->results.back().session != session) a.outcome = lock_outcome::failed;  // an odd answer
+            else a.held = std::move(t->results.back());
+        }
+    }
+    auto const cancelled = (co_await asio::this_coro::cancellation_state).cancelled();
+    if (cancelled == asio::cancellation_type::none) co_return a;
+    if (a.held) {
+        co_await asio::this_coro::reset_cancellation_state();  // the release must go out
+        try {
+            co_await asio::co_spawn(
+                ex, coro(client).kv_release(a.held->key, session, a.held->value, consul::lock_flag_value),
+                unstoppable());
+        } catch (system_error const&) {
+            // The session's end frees the key then.
+        }
+    }
+    throw system_error(asio::error::operation_aborted);
 }
 
 // After a lock-delay refusal: retry when the delay ends with the lock alone,

@@ -65,7 +65,7 @@ struct claim_holders {
 struct session_impl : std::enable_shared_from_this<session_impl> {
     session_impl(asio::any_io_executor ex, session_options o, std::string id, clock::time_point created_sent_at)
         : executor(ex), options(std::move(o)), id(std::move(id)), fsm(options.ttl, created_sent_at), wake(ex),
-          lost_event(ex), monitor_timer(ex) {}
+          lost_event(ex), monitor_timer(ex), background_idle(ex, clock::time_point::max()) {}
     virtual ~session_impl() = default;
 
     asio::any_io_executor executor;
@@ -91,6 +91,15 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     asio::steady_timer monitor_timer;
     bool monitor_timer_armed = false;
     std::size_t deferred_pruned_at = 0;  // entries left after the last pruning
+
+    // The background work this session owns: its renewal loop, its scopes'
+    // monitors, the releases their destructors start. close() completes only
+    // once all of it has finished, so the io_context has nothing of the
+    // session's left afterwards.
+    int background = 0;
+    asio::steady_timer background_idle;  // cancelled when `background` drops to 0
+    void spawn_owned(std::function<asio::awaitable<void>()> work, asio::cancellation_slot slot = {});
+    asio::awaitable<void> background_finished();
 
     // ---- backend operations ----
     // One renewal: true when acknowledged, false when the server no longer

@@ -23,6 +23,7 @@ election::election(session& s, std::string key, std::string value, election_opti
 
 asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
     auto sess = session_->impl();
+    if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
     if (sess->lost_event.is_set()) throw boost::system::system_error(sess->lost_reason);
     // A candidate whose session dies while it waits stops with that reason.
     detail::claim c{.kind = detail::claim_kind::key, .key = key_, .value = value_, .once = once, .options = &options_};
@@ -34,6 +35,7 @@ asio::awaitable<leadership_scope> election::acquire_impl(bool once) {
 
 asio::awaitable<std::optional<leader_info>> election::leader_impl() {
     auto sess = session_->impl();
+    if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
     auto held = co_await sess->read(detail::claim_kind::key, key_, 1);
     if (held.holders.empty()) co_return std::nullopt;
     co_return std::move(held.holders.front());
@@ -45,6 +47,7 @@ asio::awaitable<std::optional<leader_info>> election::leader_impl() {
 
 asio::awaitable<std::optional<leader_info>> leader_observer::next_impl() {
     auto backend = backend_;  // alive while the operation runs
+    if (!backend) throw boost::system::system_error(make_error_code(error::no_session));  // moved from
     co_return co_await backend->next();
 }
 

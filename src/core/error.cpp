@@ -29,6 +29,7 @@ public:
         case error::etcd_unavailable: return "etcd unavailable";
         case error::watch_canceled: return "etcd canceled the watch";
         case error::semaphore_limit_conflict: return "semaphore limit conflict: .lock holds another Limit";
+        case error::no_session: return "no session: the object is empty (default-constructed or moved from)";
         }
         return "unknown tenure error";
     }

@@ -15,6 +15,7 @@ namespace detail {
 namespace {
 
 asio::awaitable<fencing_token> fenced_write_impl(std::shared_ptr<scope_state> s, std::vector<write_op> writes) {
+    if (!s) throw boost::system::system_error(make_error_code(error::not_held));
     for (auto const& w : writes)
         if (w.key.empty())
             throw boost::system::system_error(make_error_code(boost::system::errc::invalid_argument),
@@ -38,9 +39,7 @@ asio::awaitable<fencing_token> fenced_write_impl(std::shared_ptr<scope_state> s,
 }  // namespace
 
 asio::awaitable<fencing_token> fenced_write_op(leadership_scope const& scope, std::vector<write_op> writes) {
-    auto const& s = scope_access::state(scope);
-    if (!s) throw boost::system::system_error(make_error_code(error::not_held));
-    return fenced_write_impl(s, std::move(writes));
+    return fenced_write_impl(scope_access::state(scope), std::move(writes));
 }
 
 }  // namespace detail

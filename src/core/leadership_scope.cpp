@@ -59,8 +59,7 @@ asio::awaitable<void> scope_state::release_remote() {
 }
 
 void scope_state::start_monitor() {
-    asio::co_spawn(session->executor, [self = shared_from_this()]() { return self->monitor(); },
-                   asio::bind_cancellation_slot(monitor_cancel.slot(), asio::detached));
+    session->spawn_owned([self = shared_from_this()]() { return self->monitor(); }, monitor_cancel.slot());
 }
 
 }  // namespace detail
@@ -77,17 +76,15 @@ leadership_scope& leadership_scope::operator=(leadership_scope&& other) noexcept
 
 leadership_scope::~leadership_scope() {
     if (!state_ || !state_->begin_release()) return;
-    // Release in the background: a destructor cannot await.
+    // Release in the background (a destructor cannot await), owned by the
+    // session: its close() waits for it.
     auto s = state_;
-    asio::co_spawn(
-        s->session->executor,
-        [s]() -> asio::awaitable<void> {
-            try {
-                co_await s->release_remote();
-            } catch (boost::system::system_error const&) {
-            }
-        },
-        asio::detached);
+    s->session->spawn_owned([s]() -> asio::awaitable<void> {
+        try {
+            co_await s->release_remote();
+        } catch (boost::system::system_error const&) {
+        }
+    });
 }
 
 bool leadership_scope::held() const noexcept { return state_ && state_->status == detail::scope_status::held; }
@@ -106,11 +103,11 @@ std::string const& leadership_scope::session_id() const noexcept { return state_
 std::string const& leadership_scope::value() const noexcept { return state_ ? state_->value : empty_string; }
 
 boost::asio::any_io_executor leadership_scope::get_executor() const {
-    if (!state_) throw boost::system::system_error(make_error_code(error::not_held));
-    return state_->session->executor;
+    return state_ ? state_->session->executor : boost::asio::any_io_executor{};
 }
 
 asio::awaitable<bool> leadership_scope::run_impl(std::shared_ptr<detail::scope_state> s, asio::awaitable<void> work) {
+    if (!s) throw boost::system::system_error(make_error_code(error::not_held));
     if (s->status != detail::scope_status::held) co_return false;
     // The work finishing first is a normal end; the loss event first cancels
     // the work and waits for it to finish.

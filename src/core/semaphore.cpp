@@ -24,6 +24,7 @@ semaphore::semaphore(session& s, std::string prefix, int limit, std::string valu
 
 asio::awaitable<leadership_scope> semaphore::acquire_impl(bool once) {
     auto sess = session_->impl();
+    if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
     if (sess->lost_event.is_set()) throw system_error(sess->lost_reason);
     // A contender whose session dies while it waits stops with that reason.
     detail::claim c{.kind = detail::claim_kind::slot, .key = prefix_, .value = value_, .limit = limit_, .once = once};
@@ -35,6 +36,7 @@ asio::awaitable<leadership_scope> semaphore::acquire_impl(bool once) {
 
 asio::awaitable<semaphore_state> semaphore::state_impl() {
     auto sess = session_->impl();
+    if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
     auto held = co_await sess->read(detail::claim_kind::slot, prefix_, limit_);
     semaphore_state st;
     st.limit = held.limit;

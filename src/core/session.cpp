@@ -42,7 +42,22 @@ asio::awaitable<void> pause_and_grow(clock::duration& delay) {
 }
 
 void session_impl::start() {
-    asio::co_spawn(executor, [self = shared_from_this()]() { return self->renew_loop(); }, asio::detached);
+    spawn_owned([self = shared_from_this()]() { return self->renew_loop(); });
+}
+
+void session_impl::spawn_owned(std::function<asio::awaitable<void>()> work, asio::cancellation_slot slot) {
+    ++background;
+    asio::co_spawn(executor, std::move(work),
+                   asio::bind_cancellation_slot(slot, [self = shared_from_this()](std::exception_ptr) {
+                       if (--self->background == 0) self->background_idle.cancel();
+                   }));
+}
+
+asio::awaitable<void> session_impl::background_finished() {
+    while (background > 0) {
+        background_idle.expires_at(clock::time_point::max());
+        co_await background_idle.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
 }
 
 void session_impl::notify(session_state s) {
@@ -244,6 +259,11 @@ asio::awaitable<void> session_impl::close() {
         lost_event.set();
         notify(session_state::lost);
     }
+    // The renewal loop ends at its next wake-up (a renewal in flight is
+    // bounded by its deadline), monitors with their release or loss, and
+    // background releases with their request: wait for all of them.
+    wake.cancel();
+    co_await background_finished();
     if (first_error) throw boost::system::system_error(first_error);
 }
 
@@ -259,31 +279,46 @@ session& session::operator=(session&& other) noexcept {
     return *this;
 }
 
+// Owner of this close: the io_context, whose run() returns once it (and
+// the background work it waits for) has finished.
 session::~session() {
     if (!impl_ || impl_->closing) return;
     auto impl = impl_;
     asio::co_spawn(impl->executor, [impl]() { return impl->close(); }, asio::detached);
 }
 
-std::string const& session::id() const { return impl_->id; }
-session_options const& session::options() const { return impl_->options; }
-session::executor_type session::get_executor() const { return impl_->executor; }
-session_state session::state() const { return impl_->fsm.state(); }
-boost::system::error_code session::lost_reason() const { return impl_->lost_reason; }
-session::clock::time_point session::local_deadline() const { return impl_->fsm.local_deadline(); }
+namespace {
+std::string const no_id;
+session_options const no_options;
+}  // namespace
+
+// An empty session (default-constructed, moved from) answers as a lost one.
+std::string const& session::id() const { return impl_ ? impl_->id : no_id; }
+session_options const& session::options() const { return impl_ ? impl_->options : no_options; }
+session::executor_type session::get_executor() const { return impl_ ? impl_->executor : executor_type{}; }
+session_state session::state() const { return impl_ ? impl_->fsm.state() : session_state::lost; }
+boost::system::error_code session::lost_reason() const {
+    return impl_ ? impl_->lost_reason : make_error_code(error::no_session);
+}
+session::clock::time_point session::local_deadline() const {
+    return impl_ ? impl_->fsm.local_deadline() : clock::time_point{};
+}
 
 void session::on_state_change(std::function<void(session_state)> callback) {
+    if (!impl_) throw boost::system::system_error(make_error_code(error::no_session));
     impl_->callbacks.push_back(std::move(callback));
 }
 
 asio::awaitable<void> session::wait_lost_impl() {
     auto impl = impl_;
+    if (!impl) throw boost::system::system_error(make_error_code(error::no_session));
     co_await impl->lost_event.wait();
     throw boost::system::system_error(impl->lost_reason);
 }
 
 asio::awaitable<void> session::close_impl() {
     auto impl = impl_;
+    if (!impl) co_return;  // nothing to close
     co_await impl->close();
 }
 

@@ -55,11 +55,9 @@ std::string api_error_what(unsigned status, int grpc_code, std::string_view mess
 api_error::api_error(boost::system::error_code ec, unsigned http_status, int grpc_code, std::string server_message,
                      std::int64_t compact_revision)
     // The code without its source location: what() stays readable.
-    : boost::system::system_error(boost::system::error_code(ec.value(), ec.category()),
-                                  api_error_what(http_status, grpc_code, server_message)),
-      status_(http_status),
+    : tenure::server_error(boost::system::error_code(ec.value(), ec.category()),
+                           api_error_what(http_status, grpc_code, server_message), http_status, server_message),
       grpc_code_(grpc_code),
-      message_(std::move(server_message)),
       compact_revision_(compact_revision) {}
 
 // ---- small helpers ----------------------------------------------------------------------

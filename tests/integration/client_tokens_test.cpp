@@ -1,8 +1,9 @@
 // Integration tests of the clients' completion tokens (issue #19): operations
 // of tenure::consul::client and tenure::etcd::client completed through a plain
 // callback, through use_future while another thread runs the io_context (the
-// library has no threads; a test may), through as_tuple for an error code, and
-// a parked Consul blocking query cancelled through a cancellation slot.
+// library has no threads; a test may), through as_tuple (and with_diagnostics)
+// for an error code, and a parked Consul blocking query cancelled through a
+// cancellation slot.
 //
 // Consul: the real `tenure agent` process (agent_process), and for the
 // cancellation the embedded agent over loopback HTTP on the test's io_context,
@@ -24,6 +25,7 @@
 
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
+#include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 #include <tenure/etcd/client.hpp>
 
@@ -194,14 +196,24 @@ BOOST_FIXTURE_TEST_CASE(as_tuple_for_an_error_status, consul_agent) {
         auto [ec, acquired] = co_await client->kv_acquire("tokens/t", unknown, none, 0, asio::as_tuple(asio::deferred));
         BOOST_TEST((ec == tenure::error::http_status), ec.message());
         BOOST_TEST(!acquired);
-        // The default token throws system_error with the same code.
-        error_code thrown;
+        // with_diagnostics keeps the server's words on the error-code path.
+        tenure::diagnostics diag;
+        auto [ec2, acquired2] = co_await client->kv_acquire(
+            "tokens/t", unknown, none, 0, tenure::with_diagnostics(diag, asio::as_tuple(asio::deferred)));
+        BOOST_TEST((ec2 == tenure::error::http_status), ec2.message());
+        BOOST_TEST(!acquired2);
+        BOOST_TEST(diag.http_status() == 500u);
+        BOOST_TEST(diag.server_message().find("invalid session") != std::string::npos, diag.server_message());
+        // The default token, use_awaitable, rethrows the api_error itself.
+        std::optional<consul::api_error> thrown;
         try {
             co_await client->kv_acquire("tokens/t", unknown, none);
-        } catch (boost::system::system_error const& e) {
-            thrown = e.code();
+        } catch (consul::api_error const& e) {
+            thrown = e;
         }
-        BOOST_TEST((thrown == tenure::error::http_status), thrown.message());
+        BOOST_REQUIRE(thrown);
+        BOOST_TEST((thrown->code() == tenure::error::http_status), thrown->what());
+        BOOST_TEST(thrown->http_status() == 500u);
     });
 }
 
@@ -360,6 +372,13 @@ BOOST_FIXTURE_TEST_CASE(cancel_a_parked_watch, tenure::itest::etcd_member) {
         co_await client->put("tokens/quiet", "still works");
         auto const r = co_await client->range("tokens/quiet");
         BOOST_TEST(r.kvs.size() == 1u);
+
+        // A default-constructed stream has no executor: next() completes on
+        // the handler's (here the coroutine's), with not_connected.
+        etcd::watch_stream empty;
+        auto [never, nothing] = co_await empty.next(asio::as_tuple(asio::use_awaitable));
+        BOOST_TEST((never == asio::error::not_connected), never.message());
+        BOOST_TEST(nothing.events.empty());
     });
 }
 

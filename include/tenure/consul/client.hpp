@@ -4,12 +4,12 @@
 ///
 /// Every operation takes an Asio completion token, as the primitives built on
 /// top (session, election, leadership_scope, semaphore) do, and completes with
-/// void(error_code, T) or void(error_code). The default token,
-/// boost::asio::deferred, is awaitable, so a coroutine writes
-/// `co_await client.kv_get("k")` (a failure throws boost::system::system_error);
-/// callbacks, boost::asio::use_future and boost::asio::as_tuple work as with
-/// any Asio operation. See tenure::consul::client for what every operation has
-/// in common (errors, cancellation, lifetimes, threads).
+/// void(error_code, T) or void(error_code). With the default token,
+/// boost::asio::use_awaitable, a coroutine writes `co_await client.kv_get("k")`
+/// and a failure rethrows the api_error itself; callbacks, use_future,
+/// as_tuple and deferred work as with any Asio operation. See
+/// tenure::consul::client for what every operation has in common (errors,
+/// cancellation, lifetimes, threads).
 ///
 /// Two transports: HTTP/1.1 over a keep-alive connection pool (Boost.Beast),
 /// or one made by a transport_factory - the embedded agent's in-process
@@ -18,11 +18,12 @@
 #pragma once
 
 #include <tenure/detail/async_bridge.hpp>
+#include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <chrono>
@@ -85,23 +86,17 @@ struct client_config {
     std::string tls_server_name;
 };
 
-/// A failed request: its code is what an operation completes with. It also
-/// carries the HTTP status and the server's message, but for now only on the
-/// exception path of the coroutines the library awaits internally: a completion
-/// handler (and `co_await` on the default token, which throws
-/// boost::system::system_error) gets the code alone.
-class api_error : public boost::system::system_error {
+/// What a failed operation failed with. With the default token,
+/// use_awaitable, it is rethrown as it is; on the error-code path the handler
+/// gets its code, and tenure::with_diagnostics(diag, token) its HTTP status
+/// and message (tenure/diagnostics.hpp).
+/// http_status(): 0 when the failure was not an HTTP answer (connect,
+/// timeout, parse). server_message(): the server's text body for an error
+/// status (may contain user input); when http_status() is 0, what failed,
+/// e.g. "GET /v1/kv/a on 127.0.0.1:8500".
+class api_error : public tenure::server_error {
 public:
     api_error(boost::system::error_code ec, unsigned http_status, std::string server_message);
-    /// 0 when the failure was not an HTTP answer (connect, timeout, parse).
-    unsigned http_status() const noexcept { return status_; }
-    /// The server's text body for an error status (may contain user input).
-    /// When http_status() is 0: what failed, e.g. "GET /v1/kv/a on 127.0.0.1:8500".
-    std::string const& server_message() const noexcept { return message_; }
-
-private:
-    unsigned status_;
-    std::string message_;
 };
 
 /// X-Consul-Index / -KnownLeader / -LastContact of a read.
@@ -221,8 +216,9 @@ using transport_factory =
 ///   this client cannot parse, `error::agent_stopped` in-process when the agent
 ///   has stopped, or an Asio code for a transport failure (`connection_refused`,
 ///   `timed_out` past the request's deadline, `operation_aborted` when cancelled
-///   or after close(), ...). The HTTP status and the server's message stay on
-///   the api_error, for now only on the exception path (see api_error).
+///   or after close(), ...). The HTTP status and the server's message: on the
+///   api_error the default token rethrows, or through
+///   tenure::with_diagnostics(diag, token) on the error-code path.
 /// - **Cancellation**: per-operation, terminal only (partial and total requests
 ///   are ignored). The request is abandoned, the client closes its connection
 ///   (there is none in-process) and the operation completes with
@@ -271,7 +267,7 @@ public:
     /// the server refuses.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto session_create(session_request req, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.session_create(std::move(req)),
                                          std::forward<CompletionToken>(token));
@@ -287,7 +283,7 @@ public:
     /// The api_error's code (see the class); a 404 is not an error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto session_renew(std::string id, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.session_renew(std::move(id)),
                                          std::forward<CompletionToken>(token));
@@ -303,7 +299,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto session_destroy(std::string id, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.session_destroy(std::move(id)),
                                          std::forward<CompletionToken>(token));
@@ -319,7 +315,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto session_info_get(std::string id, read_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.session_info_get(std::move(id), opts),
                                          std::forward<CompletionToken>(token));
@@ -335,7 +331,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto session_list(read_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.session_list(opts), std::forward<CompletionToken>(token));
     }
@@ -354,7 +350,7 @@ public:
     /// The api_error's code (see the class); a 404 is not an error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_get(std::string key, read_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.kv_get(std::move(key), opts),
                                          std::forward<CompletionToken>(token));
@@ -370,7 +366,7 @@ public:
     /// The api_error's code (see the class); a 404 is not an error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_list(std::string prefix, read_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.kv_list(std::move(prefix), opts),
                                          std::forward<CompletionToken>(token));
@@ -386,7 +382,7 @@ public:
     /// The api_error's code (see the class); a 404 is not an error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_keys(std::string prefix, std::string separator = {}, read_options opts = {},
                  CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.kv_keys(std::move(prefix), std::move(separator), opts),
@@ -403,7 +399,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_put(std::string key, std::optional<std::string> value, put_options opts = {},
                 CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.kv_put(std::move(key), std::move(value), opts),
@@ -421,7 +417,7 @@ public:
     /// unknown session.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_acquire(std::string key, std::string session, std::optional<std::string> value, std::uint64_t flags = 0,
                     CompletionToken&& token = {}) {
         return tenure::detail::async_run(
@@ -439,7 +435,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_release(std::string key, std::string session, std::optional<std::string> value, std::uint64_t flags = 0,
                     CompletionToken&& token = {}) {
         return tenure::detail::async_run(
@@ -456,7 +452,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_delete(std::string key, std::optional<std::uint64_t> cas = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.kv_delete(std::move(key), cas),
                                          std::forward<CompletionToken>(token));
@@ -471,7 +467,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto kv_delete_tree(std::string prefix, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.kv_delete_tree(std::move(prefix)),
                                          std::forward<CompletionToken>(token));
@@ -488,7 +484,7 @@ public:
     /// not an error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto txn(std::vector<txn_op> ops, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.txn(std::move(ops)), std::forward<CompletionToken>(token));
     }
@@ -504,7 +500,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto agent_self(CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.agent_self(), std::forward<CompletionToken>(token));
     }
@@ -518,7 +514,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto check_register(check_registration reg, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.check_register(std::move(reg)),
                                          std::forward<CompletionToken>(token));
@@ -534,7 +530,7 @@ public:
     /// check.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto check_pass(std::string id, std::string note = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.check_pass(std::move(id), std::move(note)),
                                          std::forward<CompletionToken>(token));
@@ -550,7 +546,7 @@ public:
     /// check.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto check_warn(std::string id, std::string note = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.check_warn(std::move(id), std::move(note)),
                                          std::forward<CompletionToken>(token));
@@ -567,7 +563,7 @@ public:
     /// check.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto check_fail(std::string id, std::string note = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.check_fail(std::move(id), std::move(note)),
                                          std::forward<CompletionToken>(token));
@@ -582,7 +578,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto check_deregister(std::string id, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.check_deregister(std::move(id)),
                                          std::forward<CompletionToken>(token));

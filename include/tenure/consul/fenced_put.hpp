@@ -14,6 +14,7 @@
 #include <tenure/leadership_scope.hpp>
 
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <string>
 #include <vector>
@@ -52,7 +53,7 @@ boost::asio::awaitable<bool> fenced_put_impl(std::string key, std::string sessio
 /// @async_lifetimes
 /// The client must outlive the operation. The scope's key and session id are
 /// copied when the operation starts; `writes` is taken by value.
-template <class CompletionToken = boost::asio::deferred_t>
+template <class CompletionToken = boost::asio::use_awaitable_t<>>
 auto fenced_put(leadership_scope const& scope, client& c, std::vector<txn_op> writes, CompletionToken&& token = {}) {
     return tenure::detail::async_run(c.get_executor(), fenced_put_impl(scope.key(), scope.session_id(), c, std::move(writes)),
                              std::forward<CompletionToken>(token));

@@ -4,12 +4,12 @@
 /// executor.
 ///
 /// Every operation takes an Asio completion token, as the primitives built on
-/// top do, and completes with void(error_code, T) or void(error_code). The
-/// default token, boost::asio::deferred, is awaitable, so a coroutine writes
-/// `co_await client.range("k")` (a failure throws boost::system::system_error);
-/// callbacks, boost::asio::use_future and boost::asio::as_tuple work as with
-/// any Asio operation. See tenure::etcd::client for what every operation has in
-/// common (errors, cancellation, lifetimes, threads).
+/// top do, and completes with void(error_code, T) or void(error_code). With
+/// the default token, boost::asio::use_awaitable, a coroutine writes
+/// `co_await client.range("k")` and a failure rethrows the api_error itself;
+/// callbacks, use_future, as_tuple and deferred work as with any Asio
+/// operation. See tenure::etcd::client for what every operation has in common
+/// (errors, cancellation, lifetimes, threads).
 ///
 /// Wire conventions handled here so callers never see them: keys and values
 /// are raw bytes (base64 on the wire), int64 fields travel as JSON strings,
@@ -31,11 +31,12 @@
 #pragma once
 
 #include <tenure/detail/async_bridge.hpp>
+#include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/deferred.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <chrono>
@@ -65,32 +66,28 @@ struct client_config {
     std::size_t max_idle_connections = 8;
 };
 
-/// A failed request: its code is what an operation completes with. It also
-/// carries the HTTP status, the gRPC code, the server's message and a watch's
-/// compaction revision, but for now only on the exception path of the
-/// coroutines the library awaits internally: a completion handler (and
-/// `co_await` on the default token, which throws boost::system::system_error)
-/// gets the code alone.
-class api_error : public boost::system::system_error {
+/// What a failed operation failed with. With the default token,
+/// use_awaitable, it is rethrown as it is; on the error-code path the handler
+/// gets its code, and tenure::with_diagnostics(diag, token) its HTTP status
+/// and message (tenure/diagnostics.hpp) - not grpc_code() nor
+/// compact_revision(), which only the exception carries.
+/// http_status(): 0 when the failure was not an HTTP answer (connect,
+/// timeout, parse). server_message(): the gateway's message ("etcdserver:
+/// requested lease not found"), or for transport failures what failed
+/// ("POST /v3/kv/put on 127.0.0.1:2379: ...").
+class api_error : public tenure::server_error {
 public:
     api_error(boost::system::error_code ec, unsigned http_status, int grpc_code, std::string server_message,
               std::int64_t compact_revision = 0);
-    /// 0 when the failure was not an HTTP answer (connect, timeout, parse).
-    unsigned http_status() const noexcept { return status_; }
     /// The gRPC status code the gateway reported (5 NotFound, 11 OutOfRange,
     /// 14 Unavailable, ...); 0 when there was none.
     int grpc_code() const noexcept { return grpc_code_; }
-    /// The gateway's message ("etcdserver: requested lease not found"), or for
-    /// transport failures what failed ("POST /v3/kv/put on 127.0.0.1:2379: ...").
-    std::string const& server_message() const noexcept { return message_; }
     /// For error::etcd_compacted raised by a watch: the compaction revision
     /// (resume by reading at or after it). 0 otherwise.
     std::int64_t compact_revision() const noexcept { return compact_revision_; }
 
 private:
-    unsigned status_;
     int grpc_code_;
-    std::string message_;
     std::int64_t compact_revision_;
 };
 
@@ -264,7 +261,8 @@ public:
     /// `not_connected`, as it does on a closed stream.
     ///   - `error::etcd_compacted`: the start revision was compacted; re-read,
     ///     then watch from the read's revision + 1 (api_error::compact_revision(),
-    ///     for now only on the exception path, says where history begins).
+    ///     on the exception the default token rethrows, says where history
+    ///     begins).
     ///   - `error::watch_canceled`: etcd canceled the watch for another reason.
     ///   - `error::etcd_unavailable` etc.: an error message on the stream (e.g.
     ///     "etcdserver: no leader").
@@ -274,8 +272,9 @@ public:
     /// The operation keeps the stream's state alive: the stream object may be
     /// moved or destroyed meanwhile (destroying it closes the stream). The
     /// client need not outlive it. A default-constructed stream has no
-    /// executor: next() needs a stream from client::watch().
-    template <class CompletionToken = boost::asio::deferred_t>
+    /// executor: its next() runs on the handler's associated executor and
+    /// completes with `not_connected`.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto next(CompletionToken&& token = {}) {
         return tenure::detail::async_run(ex_, next_impl(impl_), std::forward<CompletionToken>(token));
     }
@@ -333,8 +332,9 @@ std::string prefix_end(std::string_view prefix);
 ///   `error::http_status`, `error::unexpected_response`) or an Asio code for a
 ///   transport failure once every endpoint has failed (`connection_refused`,
 ///   `timed_out`, ...; `operation_aborted` when cancelled or after close()).
-///   The gRPC code, the server's message and the HTTP status stay on the
-///   api_error, for now only on the exception path (see api_error).
+///   The HTTP status and the server's message: on the api_error the default
+///   token rethrows (with the gRPC code and a watch's compaction revision), or
+///   through tenure::with_diagnostics(diag, token) on the error-code path.
 /// - **Cancellation**: per-operation, terminal only (partial and total requests
 ///   are ignored). The request is abandoned, the client closes its connection
 ///   and the operation completes with `operation_aborted`; the client stays
@@ -377,7 +377,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto lease_grant(std::int64_t ttl_seconds, std::int64_t id = 0, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.lease_grant(ttl_seconds, id),
                                          std::forward<CompletionToken>(token));
@@ -393,7 +393,7 @@ public:
     /// The api_error's code (see the class); an unknown lease is not an error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto lease_keepalive(std::int64_t id, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.lease_keepalive(id), std::forward<CompletionToken>(token));
     }
@@ -408,7 +408,7 @@ public:
     /// unknown lease.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto lease_revoke(std::int64_t id, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.lease_revoke(id), std::forward<CompletionToken>(token));
     }
@@ -423,7 +423,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto lease_time_to_live(std::int64_t id, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.lease_time_to_live(id),
                                          std::forward<CompletionToken>(token));
@@ -443,7 +443,7 @@ public:
     /// revision below the compaction point.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto range(std::string key, std::string range_end = {}, range_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.range(std::move(key), std::move(range_end), opts),
                                          std::forward<CompletionToken>(token));
@@ -459,7 +459,7 @@ public:
     /// unknown opts.lease.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto put(std::string key, std::string value, put_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.put(std::move(key), std::move(value), opts),
                                          std::forward<CompletionToken>(token));
@@ -474,7 +474,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto delete_range(std::string key, std::string range_end = {}, bool prev_kv = false,
                       CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(),
@@ -493,7 +493,7 @@ public:
     /// error.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto txn(std::vector<compare> compares, std::vector<request_op> success, std::vector<request_op> failure,
              CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(),
@@ -511,7 +511,7 @@ public:
     /// revision already compacted.
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto compact(std::int64_t revision, bool physical = false, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.compact(revision, physical),
                                          std::forward<CompletionToken>(token));
@@ -535,7 +535,7 @@ public:
     /// next() instead).
     /// @async_lifetimes
     /// The client must outlive the operation (not the stream).
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto watch(std::string key, std::string range_end = {}, watch_options opts = {}, CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.watch(std::move(key), std::move(range_end), opts),
                                          std::forward<CompletionToken>(token));
@@ -553,7 +553,7 @@ public:
     /// The api_error's code (see the class).
     /// @async_lifetimes
     /// The client must outlive the operation.
-    template <class CompletionToken = boost::asio::deferred_t>
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto status(CompletionToken&& token = {}) {
         return tenure::detail::async_run(get_executor(), co_.status(), std::forward<CompletionToken>(token));
     }
