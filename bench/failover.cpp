@@ -91,6 +91,7 @@
 #include <tenure/election.hpp>
 
 #include "agent/agent_access.hpp"
+#include "consul/client_access.hpp"
 
 #include <cstdio>
 #include <ctime>
@@ -108,6 +109,8 @@ namespace {
 using namespace failover_bench;
 namespace consul = tenure::consul;
 using tenure::detail::agent::watch_target;
+// The client's coroutines, awaited without the co_spawn of its token operations.
+using tenure::detail::coro;
 
 // ---------------------------------------------------------------------------
 // Child mode: one candidate in its own process (the kill scenario's leader).
@@ -259,22 +262,22 @@ void run::arm_observer(std::string const& sid, bool key_mode) {
 asio::awaitable<void> run::observe(std::string sid, bool key_mode) {
     consul::read_options ro;
     if (key_mode) {
-        auto r = co_await admin_->kv_get(key_);
+        auto r = co_await coro(*admin_).kv_get(key_);
         while (r.value && r.value->session == sid) {
             ro.index = r.meta.index;
             ro.wait = 5min;
             obs_parked_ = true;
             wake_.cancel();
-            r = co_await admin_->kv_get(key_, ro);
+            r = co_await coro(*admin_).kv_get(key_, ro);
         }
     } else {
-        auto r = co_await admin_->session_info_get(sid);
+        auto r = co_await coro(*admin_).session_info_get(sid);
         while (r.value) {
             ro.index = r.meta.index;
             ro.wait = 5min;
             obs_parked_ = true;
             wake_.cancel();
-            r = co_await admin_->session_info_get(sid, ro);
+            r = co_await coro(*admin_).session_info_get(sid, ro);
         }
     }
     t_query_ = steady::now();
@@ -303,7 +306,7 @@ asio::awaitable<void> run::swap_to(candidate& w, std::string const& sid, std::st
     lock.flags = consul::lock_flag_value;
     lock.session = sid;
     std::vector<consul::txn_op> ops{unlock, lock};
-    auto res = co_await admin_->txn(ops);
+    auto res = co_await coro(*admin_).txn(ops);
     if (!res.committed)
         throw std::runtime_error("hand-over txn refused: " + (res.errors.empty() ? std::string("?") : res.errors[0].what));
     // The previous winner notices (released_by_other) and campaigns again.
@@ -432,7 +435,7 @@ asio::awaitable<std::string> run::start_raw_leader(candidate& leader) {
     req.ttl = cfg_.ttl;
     req.lock_delay = delay();
     req.node_checks = std::vector<std::string>{};  // only the TTL keeps it alive
-    std::string sid = co_await admin_->session_create(req);
+    std::string sid = co_await coro(*admin_).session_create(req);
     std::string value = "raw";
     co_await swap_to(leader, sid, value);
     co_return sid;
@@ -453,7 +456,7 @@ asio::awaitable<std::string> run::start_child_leader(candidate& leader) {
 // check-fail: the tenure health check bound to the leader's session.
 asio::awaitable<std::string> run::health_check_of(candidate& leader, std::string const& sid) {
     std::string check_id;
-    auto info = co_await leader.cl->session_info_get(sid);
+    auto info = co_await coro(*leader.cl).session_info_get(sid);
     if (info.value)
         for (auto const& c : info.value->node_checks)
             if (c.rfind("tenure-health:", 0) == 0) check_id = c;
@@ -470,7 +473,7 @@ asio::awaitable<void> run::park(round& r) {
         // The last renewal the raw session will ever get, once the followers
         // are parked again (so that the agent is idle when it handles it).
         r.t_renew = steady::now();
-        co_await admin_->session_renew(r.sid);
+        co_await coro(*admin_).session_renew(r.sid);
     }
     arm_observer(r.sid, sc_.releases());
     if (!be_.agent()) {
@@ -494,10 +497,10 @@ asio::awaitable<void> run::end_term(candidate& leader, round& r) {
     if (sc_.releases()) {
         co_await leader.scope.release(tuple_awaitable);
     } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
-        co_await leader.cl->session_destroy(r.sid);
+        co_await coro(*leader.cl).session_destroy(r.sid);
     } else if (sc_.name == "check-fail") {
         std::string note = "failover bench";
-        co_await leader.cl->check_fail(r.check_id, note);
+        co_await coro(*leader.cl).check_fail(r.check_id, note);
     } else if (sc_.name == "probe") {
         *leader.probe_fail = true;
     } else if (sc_.name == "kill") {

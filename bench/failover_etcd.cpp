@@ -41,6 +41,8 @@
 #include "etcd_cluster.hpp"
 #include "failover_run.hpp"
 
+#include "etcd/client_access.hpp"
+
 #include <tenure/election.hpp>
 #include <tenure/etcd/client.hpp>
 
@@ -51,6 +53,9 @@
 namespace failover_bench {
 
 namespace etcd = tenure::etcd;
+// The client's coroutines, awaited without the co_spawn of its token operations.
+using tenure::detail::coro;
+using tenure::detail::watch_next;
 
 std::chrono::seconds etcd_ttl(std::chrono::milliseconds t) {
     return std::chrono::seconds(std::max<long long>(1, (t.count() + 999) / 1000));
@@ -78,7 +83,7 @@ public:
         std::string p = prefix_;
         std::string end = etcd::prefix_end(prefix_);
         etcd::watch_options wo;
-        auto w = co_await client_.watch(p, end, wo);
+        auto w = co_await coro(client_).watch(p, end, wo);
         running_ = true;
         auto ex = co_await asio::this_coro::executor;
         asio::co_spawn(ex, loop(std::move(w)),
@@ -134,7 +139,7 @@ public:
 private:
     asio::awaitable<void> loop(etcd::watch_stream w) {
         for (;;) {
-            auto r = co_await w.next();
+            auto r = co_await watch_next(w);
             auto const t = steady::now();
             for (auto const& ev : r.events) {
                 if (ev.type == etcd::event_type::put) {
@@ -317,7 +322,7 @@ asio::awaitable<void> etcd_run::install_leader(etcd_candidate*& leader, round& r
 
 // ttl: a raw lease (TTL T) takes the leader's key; returns the lease.
 asio::awaitable<std::int64_t> etcd_run::raw_lease_takes_key(etcd_candidate& leader, std::string const& key) {
-    auto g = co_await admin_->lease_grant(ttl().count());
+    auto g = co_await coro(*admin_).lease_grant(ttl().count());
     // The raw lease takes the leader's key: same create_revision, still first in line.
     std::vector<etcd::compare> cmps;
     cmps.push_back(etcd::compare::create_revision(key, etcd::compare_result::equal,
@@ -329,7 +334,7 @@ asio::awaitable<std::int64_t> etcd_run::raw_lease_takes_key(etcd_candidate& lead
     std::vector<etcd::request_op> ops;
     ops.emplace_back(std::move(put));
     std::vector<etcd::request_op> no_ops;
-    auto t = co_await admin_->txn(cmps, ops, no_ops);
+    auto t = co_await coro(*admin_).txn(cmps, ops, no_ops);
     if (!t.succeeded) throw std::runtime_error("hand-over txn refused: the leader's key changed");
     co_await leader.scope.wait_lost(tuple_awaitable);  // released_by_other
     leader.scope = tenure::leadership_scope{};
@@ -380,7 +385,7 @@ asio::awaitable<void> etcd_run::park(round& r) {
         // has just deleted the previous key.
         co_await sleep_for(std::chrono::microseconds(expiry_phase(rng_)));
         r.t_renew = steady::now();
-        co_await admin_->lease_keepalive(r.raw_lease);  // the raw lease's last keepalive
+        co_await coro(*admin_).lease_keepalive(r.raw_lease);  // the raw lease's last keepalive
     }
     tracker_->arm(r.leader_key);
     if (sc_.name == "kill") {
@@ -398,7 +403,7 @@ asio::awaitable<void> etcd_run::end_term(etcd_candidate& leader, round& r) {
         r.t_answered = steady::now();
     } else if (sc_.name == "destroy-0") {
         auto const lease = lease_of(leader.s.id());
-        co_await leader.cl->lease_revoke(lease);
+        co_await coro(*leader.cl).lease_revoke(lease);
     } else if (sc_.name == "kill") {
         ::kill(child_->proc->id(), SIGKILL);
     }  // ttl: etcd expires the raw lease

@@ -156,7 +156,7 @@ int run_demo() {
         if (step != 4 || injected) return;
         injected = true;
         std::cout << "-- the server invalidates the leader's session (its health check went critical)" << std::endl;
-        asio::co_spawn(io, operator_client.session_destroy(lead.session_id()), asio::detached);
+        operator_client.session_destroy(lead.session_id(), asio::detached);
     };
 
     int finished = 0;

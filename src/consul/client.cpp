@@ -267,7 +267,7 @@ void expect_ok(http_response const& r) {
 
 // ---- client ---------------------------------------------------------------------------
 
-client::client(asio::any_io_executor ex, client_config config) : impl_(std::make_shared<impl>()) {
+client::client(asio::any_io_executor ex, client_config config) : co_{std::make_shared<impl>()} {
     config.address = env_or(std::move(config.address), "CONSUL_HTTP_ADDR");
     if (config.address.empty()) config.address = "http://127.0.0.1:8500";
     config.token = env_or(std::move(config.token), "CONSUL_HTTP_TOKEN");
@@ -286,8 +286,8 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
         config.tls_server_name = env_or(std::move(config.tls_server_name), "CONSUL_TLS_SERVER_NAME");
         tls = detail::make_client_tls_context(config);
     }
-    impl_->ex = ex;
-    impl_->transport = detail::make_http_transport(
+    co_.state->ex = ex;
+    co_.state->transport = detail::make_http_transport(
         ex, {.host = addr.host,
              .port = addr.port,
              .host_header = addr.host_header,
@@ -297,34 +297,34 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
              .max_connections = config.max_connections,
              .tls = std::move(tls),
              .tls_server_name = config.tls_server_name});
-    impl_->config = std::move(config);
+    co_.state->config = std::move(config);
 }
 
 client::client(asio::any_io_executor ex, transport_factory make_transport, client_config config)
-    : impl_(std::make_shared<impl>()) {
+    : co_{std::make_shared<impl>()} {
     if (!make_transport) throw std::invalid_argument("tenure::consul::client: an empty transport_factory");
     config.token = env_or(std::move(config.token), "CONSUL_HTTP_TOKEN");
-    impl_->ex = ex;
-    impl_->transport = make_transport(ex, config);
-    impl_->config = std::move(config);
+    co_.state->ex = ex;
+    co_.state->transport = make_transport(ex, config);
+    co_.state->config = std::move(config);
 }
 
 client::~client() {
-    if (impl_ && impl_->transport) impl_->transport->close();
+    if (co_.state && co_.state->transport) co_.state->transport->close();
 }
 
-asio::any_io_executor client::get_executor() const noexcept { return impl_->ex; }
+asio::any_io_executor client::get_executor() const noexcept { return co_.state->ex; }
 
-client_config const& client::config() const noexcept { return impl_->config; }
+client_config const& client::config() const noexcept { return co_.state->config; }
 
-void client::close() { impl_->transport->close(); }
+void client::close() { co_.state->transport->close(); }
 
-std::size_t client::open_connections() const noexcept { return impl_->transport->open_connections(); }
+std::size_t client::open_connections() const noexcept { return co_.state->transport->open_connections(); }
 
 // ---- sessions ----
 
-asio::awaitable<std::string> client::session_create(session_request req) {
-    auto const self = impl_;
+asio::awaitable<std::string> client::coroutines::session_create(session_request req) const {
+    auto const self = state;
     query_string q;
     auto const target = self->target("/v1/session/create", q);
     auto const r = co_await self->send(http::verb::put, target, encode_session_request(req), self->request_deadline());
@@ -336,8 +336,8 @@ asio::awaitable<std::string> client::session_create(session_request req) {
     });
 }
 
-asio::awaitable<std::optional<session_info>> client::session_renew(std::string id) {
-    auto const self = impl_;
+asio::awaitable<std::optional<session_info>> client::coroutines::session_renew(std::string id) const {
+    auto const self = state;
     query_string q;
     auto const target = self->target("/v1/session/renew/" + encode_segment(id), q);
     auto const r = co_await self->send(http::verb::put, target, {}, self->request_deadline());
@@ -350,17 +350,17 @@ asio::awaitable<std::optional<session_info>> client::session_renew(std::string i
     });
 }
 
-asio::awaitable<void> client::session_destroy(std::string id) {
-    auto const self = impl_;
+asio::awaitable<void> client::coroutines::session_destroy(std::string id) const {
+    auto const self = state;
     query_string q;
     auto const target = self->target("/v1/session/destroy/" + encode_segment(id), q);
     auto const r = co_await self->send(http::verb::put, target, {}, self->request_deadline());
     expect_ok(r);
 }
 
-asio::awaitable<read_result<std::optional<session_info>>> client::session_info_get(std::string id,
-                                                                                    read_options opts) {
-    auto const self = impl_;
+asio::awaitable<read_result<std::optional<session_info>>> client::coroutines::session_info_get(
+    std::string id, read_options opts) const {
+    auto const self = state;
     query_string q;
     auto const deadline = self->read_params(q, opts);
     auto const target = self->target("/v1/session/info/" + encode_segment(id), q);
@@ -374,8 +374,8 @@ asio::awaitable<read_result<std::optional<session_info>>> client::session_info_g
     });
 }
 
-asio::awaitable<read_result<std::vector<session_info>>> client::session_list(read_options opts) {
-    auto const self = impl_;
+asio::awaitable<read_result<std::vector<session_info>>> client::coroutines::session_list(read_options opts) const {
+    auto const self = state;
     query_string q;
     auto const deadline = self->read_params(q, opts);
     auto const target = self->target("/v1/session/list", q);
@@ -388,8 +388,9 @@ asio::awaitable<read_result<std::vector<session_info>>> client::session_list(rea
 
 // ---- KV ----
 
-asio::awaitable<read_result<std::optional<kv_pair>>> client::kv_get(std::string key, read_options opts) {
-    auto const self = impl_;
+asio::awaitable<read_result<std::optional<kv_pair>>> client::coroutines::kv_get(
+    std::string key, read_options opts) const {
+    auto const self = state;
     query_string q;
     auto const deadline = self->read_params(q, opts);
     auto const target = self->target("/v1/kv/" + encode_key(key), q);
@@ -406,8 +407,9 @@ asio::awaitable<read_result<std::optional<kv_pair>>> client::kv_get(std::string 
     });
 }
 
-asio::awaitable<read_result<std::vector<kv_pair>>> client::kv_list(std::string prefix, read_options opts) {
-    auto const self = impl_;
+asio::awaitable<read_result<std::vector<kv_pair>>> client::coroutines::kv_list(
+    std::string prefix, read_options opts) const {
+    auto const self = state;
     query_string q;
     q.flag("recurse");
     auto const deadline = self->read_params(q, opts);
@@ -420,9 +422,9 @@ asio::awaitable<read_result<std::vector<kv_pair>>> client::kv_list(std::string p
     });
 }
 
-asio::awaitable<read_result<std::vector<std::string>>> client::kv_keys(std::string prefix, std::string separator,
-                                                                       read_options opts) {
-    auto const self = impl_;
+asio::awaitable<read_result<std::vector<std::string>>> client::coroutines::kv_keys(
+    std::string prefix, std::string separator, read_options opts) const {
+    auto const self = state;
     query_string q;
     q.flag("keys");
     if (!separator.empty()) q.param("separator", separator);
@@ -457,31 +459,32 @@ asio::awaitable<bool> kv_put_bool(std::shared_ptr<client::impl> self, std::strin
 
 }  // namespace
 
-asio::awaitable<bool> client::kv_put(std::string key, std::optional<std::string> value, put_options opts) {
+asio::awaitable<bool> client::coroutines::kv_put(
+    std::string key, std::optional<std::string> value, put_options opts) const {
     query_string q;
     if (opts.flags != 0) q.param("flags", opts.flags);
     if (opts.cas) q.param("cas", *opts.cas);
-    co_return co_await kv_put_bool(impl_, std::move(key), std::move(q), std::move(value));
+    co_return co_await kv_put_bool(state, std::move(key), std::move(q), std::move(value));
 }
 
-asio::awaitable<bool> client::kv_acquire(std::string key, std::string session, std::optional<std::string> value,
-                                         std::uint64_t flags) {
+asio::awaitable<bool> client::coroutines::kv_acquire(
+    std::string key, std::string session, std::optional<std::string> value, std::uint64_t flags) const {
     query_string q;
     q.param("acquire", session);
     if (flags != 0) q.param("flags", flags);
-    co_return co_await kv_put_bool(impl_, std::move(key), std::move(q), std::move(value));
+    co_return co_await kv_put_bool(state, std::move(key), std::move(q), std::move(value));
 }
 
-asio::awaitable<bool> client::kv_release(std::string key, std::string session, std::optional<std::string> value,
-                                         std::uint64_t flags) {
+asio::awaitable<bool> client::coroutines::kv_release(
+    std::string key, std::string session, std::optional<std::string> value, std::uint64_t flags) const {
     query_string q;
     q.param("release", session);
     if (flags != 0) q.param("flags", flags);
-    co_return co_await kv_put_bool(impl_, std::move(key), std::move(q), std::move(value));
+    co_return co_await kv_put_bool(state, std::move(key), std::move(q), std::move(value));
 }
 
-asio::awaitable<bool> client::kv_delete(std::string key, std::optional<std::uint64_t> cas) {
-    auto const self = impl_;
+asio::awaitable<bool> client::coroutines::kv_delete(std::string key, std::optional<std::uint64_t> cas) const {
+    auto const self = state;
     query_string q;
     if (cas) q.param("cas", *cas);
     auto const target = self->target("/v1/kv/" + encode_key(key), q);
@@ -490,8 +493,8 @@ asio::awaitable<bool> client::kv_delete(std::string key, std::optional<std::uint
     co_return decode(r, http::verb::delete_, target, [&] { return parse_bool(r.body); });
 }
 
-asio::awaitable<void> client::kv_delete_tree(std::string prefix) {
-    auto const self = impl_;
+asio::awaitable<void> client::coroutines::kv_delete_tree(std::string prefix) const {
+    auto const self = state;
     query_string q;
     q.flag("recurse");
     auto const target = self->target("/v1/kv/" + encode_key(prefix), q);
@@ -499,8 +502,8 @@ asio::awaitable<void> client::kv_delete_tree(std::string prefix) {
     expect_ok(r);
 }
 
-asio::awaitable<txn_result> client::txn(std::vector<txn_op> ops) {
-    auto const self = impl_;
+asio::awaitable<txn_result> client::coroutines::txn(std::vector<txn_op> ops) const {
+    auto const self = state;
     query_string q;
     auto const target = self->target("/v1/txn", q);
     auto const r = co_await self->send(http::verb::put, target, encode_txn(ops), self->request_deadline());
@@ -510,8 +513,8 @@ asio::awaitable<txn_result> client::txn(std::vector<txn_op> ops) {
 
 // ---- agent ----
 
-asio::awaitable<agent_info> client::agent_self() {
-    auto const self = impl_;
+asio::awaitable<agent_info> client::coroutines::agent_self() const {
+    auto const self = state;
     query_string q;
     auto const target = self->target("/v1/agent/self", q);
     auto const r = co_await self->send(http::verb::get, target, {}, self->request_deadline());
@@ -527,8 +530,8 @@ asio::awaitable<agent_info> client::agent_self() {
     });
 }
 
-asio::awaitable<void> client::check_register(check_registration reg) {
-    auto const self = impl_;
+asio::awaitable<void> client::coroutines::check_register(check_registration reg) const {
+    auto const self = state;
     query_string q;
     auto const target = self->target("/v1/agent/check/register", q);
     auto const r = co_await self->send(http::verb::put, target, encode_check(reg), self->request_deadline());
@@ -547,26 +550,26 @@ asio::awaitable<void> check_put(std::shared_ptr<client::impl> self, std::string 
 
 }  // namespace
 
-asio::awaitable<void> client::check_pass(std::string id, std::string note) {
-    co_await check_put(impl_, "/v1/agent/check/pass/" + encode_segment(id), std::move(note));
+asio::awaitable<void> client::coroutines::check_pass(std::string id, std::string note) const {
+    co_await check_put(state, "/v1/agent/check/pass/" + encode_segment(id), std::move(note));
 }
 
-asio::awaitable<void> client::check_warn(std::string id, std::string note) {
-    co_await check_put(impl_, "/v1/agent/check/warn/" + encode_segment(id), std::move(note));
+asio::awaitable<void> client::coroutines::check_warn(std::string id, std::string note) const {
+    co_await check_put(state, "/v1/agent/check/warn/" + encode_segment(id), std::move(note));
 }
 
-asio::awaitable<void> client::check_fail(std::string id, std::string note) {
-    co_await check_put(impl_, "/v1/agent/check/fail/" + encode_segment(id), std::move(note));
+asio::awaitable<void> client::coroutines::check_fail(std::string id, std::string note) const {
+    co_await check_put(state, "/v1/agent/check/fail/" + encode_segment(id), std::move(note));
 }
 
-asio::awaitable<void> client::check_deregister(std::string id) {
-    co_await check_put(impl_, "/v1/agent/check/deregister/" + encode_segment(id), {});
+asio::awaitable<void> client::coroutines::check_deregister(std::string id) const {
+    co_await check_put(state, "/v1/agent/check/deregister/" + encode_segment(id), {});
 }
 
 }  // namespace tenure::consul
 
 namespace tenure::detail {
 std::unordered_map<std::string, std::weak_ptr<void>>& client_access::watch_hubs(consul::client& c) {
-    return c.impl_->watch_hubs;
+    return c.co_.state->watch_hubs;
 }
 }  // namespace tenure::detail

@@ -32,7 +32,7 @@ asio::awaitable<consul::txn_result> consul_guarded_txn(consul::client& c, std::s
     guard.session = std::move(session);
     ops.push_back(std::move(guard));
     for (auto& w : writes) ops.push_back(std::move(w));
-    consul::txn_result r = co_await c.txn(std::move(ops));
+    consul::txn_result r = co_await coro(c).txn(std::move(ops));
     if (!r.committed)
         for (auto const& e : r.errors)
             if (e.op_index == 0) throw boost::system::system_error(make_error_code(error::not_held));

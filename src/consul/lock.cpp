@@ -126,7 +126,7 @@ asio::awaitable<void> consul_lock_scope::send_release() {
 // session's next acquire of the key skip its first read.
 asio::awaitable<void> consul_lock_scope::send_release_once() {
     if (!quick_retake) {
-        co_await client.kv_release(key, session->id, value, consul::lock_flag_value);
+        co_await coro(client).kv_release(key, session->id, value, consul::lock_flag_value);
         co_return;
     }
     consul::txn_op op;
@@ -136,14 +136,14 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
     op.flags = consul::lock_flag_value;
     op.session = session->id;
     std::vector<consul::txn_op> ops{std::move(op)};
-    auto r = co_await client.txn(std::move(ops));
+    auto r = co_await coro(client).txn(std::move(ops));
     if (r.committed && r.results.size() == 1 && r.results.front().session.empty())
         static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
 }
 
 asio::awaitable<boost::system::error_code> consul_lock_scope::check_held() {
     auto self = shared_from_this();
-    auto r = co_await client.kv_get(key, consistent_read());
+    auto r = co_await coro(client).kv_get(key, consistent_read());
     if (!r.value) co_return make_error_code(error::key_deleted);
     if (r.value->session != session->id) co_return make_error_code(error::released_by_other);
     co_return boost::system::error_code{};
@@ -166,7 +166,7 @@ asio::awaitable<key_view> read_key(consul::client& client, kv_watch_hub* hub, st
         auto s = co_await hub->changed(key, min_index, known);
         co_return key_view{std::move(s.pair), s.index};
     }
-    auto r = co_await client.kv_get(key, consistent_read(min_index));
+    auto r = co_await coro(client).kv_get(key, consistent_read(min_index));
     co_return key_view{std::move(r.value), r.meta.index};
 }
 
@@ -207,7 +207,7 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
     auto unstoppable = [] { return asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable); };
     std::optional<consul::txn_result> t;
     try {
-        t = co_await asio::co_spawn(ex, client.txn(std::move(ops)), unstoppable());
+        t = co_await asio::co_spawn(ex, coro(client).txn(std::move(ops)), unstoppable());
     } catch (system_error const& ex) {
         if (is_abort(ex)) throw;
     }
@@ -224,8 +224,9 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
     if (a.held) {
         co_await asio::this_coro::reset_cancellation_state();  // the release must go out
         try {
-            co_await asio::co_spawn(ex, client.kv_release(a.held->key, session, a.held->value, consul::lock_flag_value),
-                                    unstoppable());
+            co_await asio::co_spawn(
+                ex, coro(client).kv_release(a.held->key, session, a.held->value, consul::lock_flag_value),
+                unstoppable());
         } catch (system_error const&) {
             // The session's end frees the key then.
         }
@@ -297,7 +298,7 @@ asio::awaitable<void> consul_lock_scope::monitor() {
                 // Freed without our release: was our session invalidated?
                 bool gone = false;
                 try {
-                    auto info = co_await client.session_info_get(session->id);
+                    auto info = co_await coro(client).session_info_get(session->id);
                     gone = !info.value.has_value();
                 } catch (system_error const&) {
                 }
@@ -322,7 +323,7 @@ asio::awaitable<clock::duration> consul_session::holder_lock_delay(std::string c
     if (auto known = holder_delays.find(holder); known != holder_delays.end()) co_return known->second;
     clock::duration delay = options.lock_delay;
     try {
-        auto info = co_await client.session_info_get(holder);
+        auto info = co_await coro(client).session_info_get(holder);
         if (info.value) {
             delay = info.value->lock_delay;
             if (holder_delays.size() >= 4096) holder_delays.clear();
@@ -470,7 +471,7 @@ asio::awaitable<claim_holders> consul_session::read(claim_kind kind, std::string
 }
 
 asio::awaitable<std::optional<leader_info>> consul_session::read_leader(std::string key) {
-    auto r = co_await client.kv_get(key);
+    auto r = co_await coro(client).kv_get(key);
     if (!r.value || r.value->session.empty()) co_return std::nullopt;
     co_return leader_info{r.value->value.value_or(""), r.value->session, r.value->lock_index, r.value->modify_index};
 }
@@ -502,14 +503,14 @@ asio::awaitable<std::shared_ptr<session_impl>> create_consul_session(consul::cli
         reg.name = "tenure session health: " + options.name;
         reg.ttl = *options.health_check_ttl;
         reg.status = "passing";
-        co_await client.check_register(reg);
+        co_await coro(client).check_register(reg);
         std::vector<std::string> checks = options.node_checks.value_or(std::vector<std::string>{"serfHealth"});
         checks.push_back(check_id);
         req.node_checks = std::move(checks);
     }
 
     auto const sent = clock::now();
-    std::string id = co_await client.session_create(req);
+    std::string id = co_await coro(client).session_create(req);
     auto impl = std::make_shared<consul_session>(client, std::move(options), std::move(id), sent);
     impl->check_id = std::move(check_id);
     impl->start();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/backend.hpp"
+#include "consul/client_access.hpp"
 #include "consul/watch_hub.hpp"
 
 #include <unordered_map>
@@ -71,7 +72,7 @@ struct consul_session final : session_impl {
     }
 
     asio::awaitable<bool> renew_once() override {
-        auto renewed = co_await client.session_renew(id);
+        auto renewed = co_await coro(client).session_renew(id);
         co_return renewed.has_value();
     }
 
@@ -79,17 +80,17 @@ struct consul_session final : session_impl {
         if (check_id.empty()) co_return;
         bool healthy = !options.health_probe || options.health_probe();
         try {
-            if (healthy) co_await client.check_pass(check_id, "tenure: session renewed");
-            else co_await client.check_fail(check_id, "tenure: application health probe failed");
+            if (healthy) co_await coro(client).check_pass(check_id, "tenure: session renewed");
+            else co_await coro(client).check_fail(check_id, "tenure: application health probe failed");
         } catch (boost::system::system_error const&) {
             // A missed heartbeat shows up as the check (and so the session) expiring.
         }
     }
 
-    asio::awaitable<void> destroy_remote() override { co_await client.session_destroy(id); }
+    asio::awaitable<void> destroy_remote() override { co_await coro(client).session_destroy(id); }
 
     asio::awaitable<void> cleanup() override {
-        if (!check_id.empty()) co_await client.check_deregister(check_id);
+        if (!check_id.empty()) co_await coro(client).check_deregister(check_id);
     }
 
     // A key: Consul's Lock protocol (lock.cpp); a slot: its Semaphore

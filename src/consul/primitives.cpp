@@ -32,7 +32,7 @@ struct consul_observer final : observer_backend {
                 ro.index = index;
                 ro.wait = follower_wait;
             }
-            auto r = co_await client.kv_get(key, ro);
+            auto r = co_await coro(client).kv_get(key, ro);
             index = consul::next_wait_index(index, r.meta.index);
             std::optional<leader_info> info;
             if (r.value && !r.value->session.empty())

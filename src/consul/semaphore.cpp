@@ -192,7 +192,7 @@ struct consul_permit_scope final : scope_state {
                 // us: was our session invalidated?
                 bool gone = false;
                 try {
-                    auto info = co_await client.session_info_get(session->id);
+                    auto info = co_await coro(client).session_info_get(session->id);
                     gone = !info.value.has_value();
                 } catch (system_error const&) {
                 }
@@ -219,7 +219,7 @@ struct consul_permit_scope final : scope_state {
         while (status == scope_status::held) {
             std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
             try {
-                r = co_await client.kv_list(prefix, consistent_read(index));
+                r = co_await coro(client).kv_list(prefix, consistent_read(index));
                 retry = 20ms;
             } catch (system_error const& e) {
                 if (status != scope_status::held || is_abort(e)) co_return;
@@ -241,7 +241,7 @@ struct consul_permit_scope final : scope_state {
 
     asio::awaitable<boost::system::error_code> check_held() override {
         auto self = shared_from_this();
-        auto r = co_await client.kv_list(prefix, consistent_read());
+        auto r = co_await coro(client).kv_list(prefix, consistent_read());
         co_return co_await judge(r.value);
     }
 
@@ -255,7 +255,7 @@ struct consul_permit_scope final : scope_state {
     asio::awaitable<void> send_release() override {
         auto self = shared_from_this();
         for (;;) {
-            auto r = co_await client.kv_get(lock_key);
+            auto r = co_await coro(client).kv_get(lock_key);
             // Never overwrite a `.lock` that is not (or no longer) a semaphore's.
             if (!r.value || r.value->flags != consul::semaphore_flag_value) break;
             auto lock = lock_of(&*r.value, limit);
@@ -264,9 +264,9 @@ struct consul_permit_scope final : scope_state {
             consul::put_options po;
             po.flags = consul::semaphore_flag_value;
             po.cas = r.value->modify_index;
-            if (co_await client.kv_put(lock_key, body, po)) break;
+            if (co_await coro(client).kv_put(lock_key, body, po)) break;
         }
-        co_await client.kv_delete(key);
+        co_await coro(client).kv_delete(key);
     }
 };
 
@@ -298,7 +298,7 @@ asio::awaitable<std::shared_ptr<scope_state>> permit_campaign(std::shared_ptr<co
         if (need_contender) {
             bool made = false;
             try {
-                made = co_await client.kv_acquire(contender, id, body_value, consul::semaphore_flag_value);
+                made = co_await coro(client).kv_acquire(contender, id, body_value, consul::semaphore_flag_value);
             } catch (system_error const& ex) {
                 if (is_abort(ex)) throw;
                 transient = true;
@@ -315,7 +315,7 @@ asio::awaitable<std::shared_ptr<scope_state>> permit_campaign(std::shared_ptr<co
 
         std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
         try {
-            r = co_await client.kv_list(prefix, consistent_read(index));
+            r = co_await coro(client).kv_list(prefix, consistent_read(index));
         } catch (system_error const& ex) {
             if (is_abort(ex)) throw;
             transient = true;
@@ -360,7 +360,7 @@ asio::awaitable<std::shared_ptr<scope_state>> permit_campaign(std::shared_ptr<co
             po.cas = lock_index;  // 0: create only if absent
             bool set = false;
             try {
-                set = co_await client.kv_put(lock_key, body, po);
+                set = co_await coro(client).kv_put(lock_key, body, po);
             } catch (system_error const& ex) {
                 if (is_abort(ex)) throw;
                 transient = true;
@@ -378,7 +378,7 @@ asio::awaitable<std::shared_ptr<scope_state>> permit_campaign(std::shared_ptr<co
             std::optional<consul::read_result<std::optional<consul::kv_pair>>> back;
             while (!back) {
                 try {
-                    back = co_await client.kv_get(lock_key, consistent_read());
+                    back = co_await coro(client).kv_get(lock_key, consistent_read());
                 } catch (system_error const& ex) {
                     if (is_abort(ex)) throw;
                 }
@@ -420,7 +420,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_permit(std
         co_await asio::this_coro::reset_cancellation_state();
         if (!contender_in_use(*this, contender)) {
             try {
-                co_await with_deadline(client.kv_delete(contender), clock::now() + std::chrono::seconds{2});
+                co_await with_deadline(coro(client).kv_delete(contender), clock::now() + std::chrono::seconds{2});
             } catch (system_error const&) {
                 // Pruned anyway once the session ends.
             }
@@ -433,7 +433,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_permit(std
 asio::awaitable<claim_holders> consul_session::read_slots(std::string prefix, int limit) {
     auto self = shared_from_this();
     std::string lock_key = go_path_join(prefix, semaphore_key);
-    auto r = co_await client.kv_list(prefix, consistent_read());
+    auto r = co_await coro(client).kv_list(prefix, consistent_read());
     auto const* lp = find_key(r.value, lock_key);
     if (lp && lp->flags != consul::semaphore_flag_value) throw system_error(make_error_code(error::lock_conflict));
     auto lock = lock_of(lp, limit);

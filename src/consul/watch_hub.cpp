@@ -183,7 +183,7 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         }
         std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
         try {
-            r = co_await client->kv_list(prefix, ro);
+            r = co_await coro(*client).kv_list(prefix, ro);
         } catch (boost::system::system_error const& e) {
             if (e.code() == asio::error::operation_aborted) {
                 // The hub was dropped, or the client closed.

@@ -168,7 +168,7 @@ asio::awaitable<http_answer> post(std::shared_ptr<client::impl> self, std::strin
 
 // ---- client -----------------------------------------------------------------------------
 
-client::client(asio::any_io_executor ex, client_config config) : impl_(std::make_shared<impl>()) {
+client::client(asio::any_io_executor ex, client_config config) : co_{std::make_shared<impl>()} {
     if (config.endpoints.empty()) config.endpoints = env_endpoints();
     if (config.endpoints.empty()) config.endpoints.emplace_back("http://127.0.0.1:2379");
     std::vector<detail::endpoint> eps;
@@ -177,29 +177,29 @@ client::client(asio::any_io_executor ex, client_config config) : impl_(std::make
         text = eps.back().url;
     }
     if (config.request_timeout.count() <= 0) config.request_timeout = std::chrono::milliseconds(5'000);
-    impl_->ex = ex;
-    impl_->transport = std::make_shared<detail::transport>(ex, std::move(eps), config.max_idle_connections);
-    impl_->config = std::move(config);
+    co_.state->ex = ex;
+    co_.state->transport = std::make_shared<detail::transport>(ex, std::move(eps), config.max_idle_connections);
+    co_.state->config = std::move(config);
 }
 
 client::~client() {
-    if (impl_ && impl_->transport) impl_->transport->close();
+    if (co_.state && co_.state->transport) co_.state->transport->close();
 }
 
-asio::any_io_executor client::get_executor() const noexcept { return impl_->ex; }
+asio::any_io_executor client::get_executor() const noexcept { return co_.state->ex; }
 
-client_config const& client::config() const noexcept { return impl_->config; }
+client_config const& client::config() const noexcept { return co_.state->config; }
 
 std::string const& client::current_endpoint() const noexcept {
-    return impl_->config.endpoints[impl_->transport->current()];
+    return co_.state->config.endpoints[co_.state->transport->current()];
 }
 
-void client::close() { impl_->transport->close(); }
+void client::close() { co_.state->transport->close(); }
 
 // ---- lease ----
 
-asio::awaitable<lease_grant_response> client::lease_grant(std::int64_t ttl_seconds, std::int64_t id) {
-    auto const self = impl_;
+asio::awaitable<lease_grant_response> client::coroutines::lease_grant(std::int64_t ttl_seconds, std::int64_t id) const {
+    auto const self = state;
     std::string const target = "/v3/lease/grant";
     std::string body = detail::encode_lease_grant(ttl_seconds, id);
     http_answer const a = co_await post(self, target, std::move(body));
@@ -207,8 +207,8 @@ asio::awaitable<lease_grant_response> client::lease_grant(std::int64_t ttl_secon
     co_return decode(a, target, [&] { return detail::decode_lease_grant(v); });
 }
 
-asio::awaitable<std::int64_t> client::lease_keepalive(std::int64_t id) {
-    auto const self = impl_;
+asio::awaitable<std::int64_t> client::coroutines::lease_keepalive(std::int64_t id) const {
+    auto const self = state;
     std::string const target = "/v3/lease/keepalive";
     std::string body = detail::encode_lease_id(id);
     http_answer const a = co_await post(self, target, std::move(body));
@@ -218,16 +218,16 @@ asio::awaitable<std::int64_t> client::lease_keepalive(std::int64_t id) {
     co_return decode(a, target, [&] { return detail::decode_keepalive(a.body); });
 }
 
-asio::awaitable<void> client::lease_revoke(std::int64_t id) {
-    auto const self = impl_;
+asio::awaitable<void> client::coroutines::lease_revoke(std::int64_t id) const {
+    auto const self = state;
     std::string const target = "/v3/lease/revoke";
     std::string body = detail::encode_lease_id(id);
     http_answer const a = co_await post(self, target, std::move(body));
     ok_json(a, target);
 }
 
-asio::awaitable<std::int64_t> client::lease_time_to_live(std::int64_t id) {
-    auto const self = impl_;
+asio::awaitable<std::int64_t> client::coroutines::lease_time_to_live(std::int64_t id) const {
+    auto const self = state;
     std::string const target = "/v3/lease/timetolive";
     std::string body = detail::encode_lease_id(id);
     http_answer const a = co_await post(self, target, std::move(body));
@@ -237,8 +237,9 @@ asio::awaitable<std::int64_t> client::lease_time_to_live(std::int64_t id) {
 
 // ---- KV ----
 
-asio::awaitable<range_response> client::range(std::string key, std::string range_end, range_options opts) {
-    auto const self = impl_;
+asio::awaitable<range_response> client::coroutines::range(
+    std::string key, std::string range_end, range_options opts) const {
+    auto const self = state;
     std::string const target = "/v3/kv/range";
     std::string body = json::serialize(detail::range_request_json(key, range_end, opts));
     http_answer const a = co_await post(self, target, std::move(body));
@@ -246,8 +247,8 @@ asio::awaitable<range_response> client::range(std::string key, std::string range
     co_return decode(a, target, [&] { return detail::decode_range(detail::as_object(v, "range answer")); });
 }
 
-asio::awaitable<put_response> client::put(std::string key, std::string value, put_options opts) {
-    auto const self = impl_;
+asio::awaitable<put_response> client::coroutines::put(std::string key, std::string value, put_options opts) const {
+    auto const self = state;
     std::string const target = "/v3/kv/put";
     std::string body = json::serialize(detail::put_request_json(key, value, opts));
     http_answer const a = co_await post(self, target, std::move(body));
@@ -255,8 +256,9 @@ asio::awaitable<put_response> client::put(std::string key, std::string value, pu
     co_return decode(a, target, [&] { return detail::decode_put(detail::as_object(v, "put answer")); });
 }
 
-asio::awaitable<delete_response> client::delete_range(std::string key, std::string range_end, bool prev_kv) {
-    auto const self = impl_;
+asio::awaitable<delete_response> client::coroutines::delete_range(
+    std::string key, std::string range_end, bool prev_kv) const {
+    auto const self = state;
     std::string const target = "/v3/kv/deleterange";
     std::string body = json::serialize(detail::delete_request_json(key, range_end, prev_kv));
     http_answer const a = co_await post(self, target, std::move(body));
@@ -264,9 +266,9 @@ asio::awaitable<delete_response> client::delete_range(std::string key, std::stri
     co_return decode(a, target, [&] { return detail::decode_delete(detail::as_object(v, "deleterange answer")); });
 }
 
-asio::awaitable<txn_response> client::txn(std::vector<compare> compares, std::vector<request_op> success,
-                                          std::vector<request_op> failure) {
-    auto const self = impl_;
+asio::awaitable<txn_response> client::coroutines::txn(
+    std::vector<compare> compares, std::vector<request_op> success, std::vector<request_op> failure) const {
+    auto const self = state;
     std::string const target = "/v3/kv/txn";
     std::string body = detail::encode_txn(compares, success, failure);
     http_answer const a = co_await post(self, target, std::move(body));
@@ -274,8 +276,8 @@ asio::awaitable<txn_response> client::txn(std::vector<compare> compares, std::ve
     co_return decode(a, target, [&] { return detail::decode_txn(v); });
 }
 
-asio::awaitable<response_header> client::compact(std::int64_t revision, bool physical) {
-    auto const self = impl_;
+asio::awaitable<response_header> client::coroutines::compact(std::int64_t revision, bool physical) const {
+    auto const self = state;
     std::string const target = "/v3/kv/compaction";
     std::string body = detail::encode_compaction(revision, physical);
     http_answer const a = co_await post(self, target, std::move(body));
@@ -285,8 +287,8 @@ asio::awaitable<response_header> client::compact(std::int64_t revision, bool phy
 
 // ---- maintenance ----
 
-asio::awaitable<member_status> client::status() {
-    auto const self = impl_;
+asio::awaitable<member_status> client::coroutines::status() const {
+    auto const self = state;
     std::string const target = "/v3/maintenance/status";
     std::string body = "{}";
     http_answer const a = co_await post(self, target, std::move(body));

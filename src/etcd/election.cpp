@@ -32,7 +32,7 @@ bool etcd_lease_not_found(system_error const& e) { return e.code() == make_error
 // Why our key is gone: the lease died with it, or someone deleted it.
 asio::awaitable<boost::system::error_code> etcd_why_gone(etcd::client& c, std::int64_t lease) {
     try {
-        auto ttl = co_await c.lease_time_to_live(lease);
+        auto ttl = co_await coro(c).lease_time_to_live(lease);
         if (ttl < 0) co_return make_error_code(error::session_invalidated);
     } catch (system_error const& e) {
         if (is_abort(e)) throw;
@@ -50,7 +50,7 @@ asio::awaitable<void> etcd_resign(etcd::client& c, std::string key, std::int64_t
     std::vector<etcd::request_op> ops;
     ops.emplace_back(std::move(del));
     std::vector<etcd::request_op> no_ops;
-    co_await c.txn(cmps, ops, no_ops);
+    co_await coro(c).txn(cmps, ops, no_ops);
 }
 
 namespace {
@@ -88,7 +88,7 @@ asio::awaitable<election_view> read_view(etcd::client& c, std::string own_key, s
     ops.emplace_back(std::move(own_op));
     ops.emplace_back(std::move(other_op));
     std::vector<etcd::request_op> no_ops;
-    auto r = co_await c.txn(no_compares, ops, no_ops);
+    auto r = co_await coro(c).txn(no_compares, ops, no_ops);
     election_view v;
     v.revision = r.header.revision;
     if (r.responses.size() == 2) {
@@ -108,9 +108,9 @@ asio::awaitable<void> wait_deleted(etcd::client& c, std::string key, std::int64_
     wo.start_revision = from;
     wo.no_put = true;
     std::string no_end;
-    auto w = co_await c.watch(key, no_end, wo);
+    auto w = co_await coro(c).watch(key, no_end, wo);
     for (;;) {
-        auto r = co_await w.next();
+        auto r = co_await watch_next(w);
         for (auto const& ev : r.events)
             if (ev.type == etcd::event_type::del && ev.kv.key == key) co_return;
     }
@@ -122,7 +122,7 @@ asio::awaitable<void> wait_deleted(etcd::client& c, std::string key, std::int64_
 // deleted on its own (a resign).
 asio::awaitable<bool> lease_alive(etcd::client& c, std::int64_t lease) {
     try {
-        co_return co_await c.lease_time_to_live(lease) >= 0;
+        co_return co_await coro(c).lease_time_to_live(lease) >= 0;
     } catch (system_error const& e) {
         if (etcd_lease_not_found(e)) co_return false;
         throw;
@@ -146,7 +146,7 @@ asio::awaitable<bool> resign_seeing_successor(etcd::client& c, std::string key, 
     ops.emplace_back(std::move(del));
     ops.emplace_back(std::move(next));
     std::vector<etcd::request_op> no_ops;
-    auto r = co_await c.txn(cmps, ops, no_ops);
+    auto r = co_await coro(c).txn(cmps, ops, no_ops);
     if (!r.succeeded || r.responses.size() < 2) co_return false;
     auto const* rr = std::get_if<etcd::range_response>(&r.responses[1]);
     co_return rr && !rr->kvs.empty();
@@ -165,7 +165,7 @@ void etcd_session::lease_gone() {
 asio::awaitable<bool> etcd_session::renew_once() {
     auto self = shared_from_this();
     try {
-        auto ttl = co_await client.lease_keepalive(lease);
+        auto ttl = co_await coro(client).lease_keepalive(lease);
         co_return ttl > 0;
     } catch (system_error const& e) {
         if (etcd_lease_not_found(e)) co_return false;
@@ -193,7 +193,7 @@ asio::awaitable<void> etcd_session::destroy_remote() {
         (void)ec;
     }
     try {
-        co_await client.lease_revoke(lease);
+        co_await coro(client).lease_revoke(lease);
     } catch (system_error const& e) {
         if (!etcd_lease_not_found(e)) throw;
     }
@@ -207,7 +207,7 @@ asio::awaitable<std::optional<leader_info>> etcd_session::read_leader(std::strin
     opts.limit = 1;
     opts.order = etcd::sort_order::ascend;
     opts.target = etcd::sort_target::create;
-    auto r = co_await client.range(prefix, end, opts);
+    auto r = co_await coro(client).range(prefix, end, opts);
     if (r.kvs.empty()) co_return std::nullopt;
     auto const& kv = r.kvs.front();
     co_return leader_info{kv.value, etcd_lease_hex(kv.lease), static_cast<std::uint64_t>(kv.create_revision),
@@ -238,7 +238,7 @@ asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string co
     get.key = own_key;
     std::vector<etcd::request_op> else_ops;
     else_ops.emplace_back(std::move(get));
-    auto t = co_await client.txn(cmps, then_ops, else_ops);
+    auto t = co_await coro(client).txn(cmps, then_ops, else_ops);
     if (t.succeeded) co_return t.header.revision;
     etcd::key_value const* kv = nullptr;
     if (!t.responses.empty())
@@ -250,7 +250,7 @@ asio::awaitable<std::int64_t> put_candidate(etcd::client& client, std::string co
         std::vector<etcd::compare> same;
         same.push_back(etcd::compare::create_revision(own_key, etcd::compare_result::equal, rev));
         std::vector<etcd::request_op> no_ops;
-        auto p = co_await client.txn(same, put_with_lease(own_key, value, lease), no_ops);
+        auto p = co_await coro(client).txn(same, put_with_lease(own_key, value, lease), no_ops);
         if (!p.succeeded) co_return 0;
     }
     co_return rev;
@@ -375,7 +375,7 @@ asio::awaitable<std::shared_ptr<session_impl>> create_etcd_session(etcd::client&
     std::int64_t secs = (ns + 999'999'999) / 1'000'000'000;
     if (secs < 1) secs = 1;
     auto const sent = clock::now();
-    auto granted = co_await client.lease_grant(secs);
+    auto granted = co_await coro(client).lease_grant(secs);
     auto impl = std::make_shared<etcd_session>(client, std::move(options), granted.id, sent);
     impl->start();
     co_return impl;
@@ -432,7 +432,7 @@ asio::awaitable<bool> etcd_election_scope::fenced_write(std::vector<write_op> wr
         }
     }
     std::vector<etcd::request_op> no_ops;
-    auto r = co_await client.txn(std::move(guard), std::move(ops), std::move(no_ops));
+    auto r = co_await coro(client).txn(std::move(guard), std::move(ops), std::move(no_ops));
     co_return r.succeeded;
 }
 
@@ -453,10 +453,10 @@ asio::awaitable<void> etcd_election_scope::monitor() {
             etcd::watch_options wo;
             wo.start_revision = from;
             std::string no_end;
-            auto w = co_await client.watch(own_key, no_end, wo);
+            auto w = co_await coro(client).watch(own_key, no_end, wo);
             retry = 20ms;
             while (!why) {
-                auto r = co_await w.next();
+                auto r = co_await watch_next(w);
                 for (auto const& ev : r.events) {
                     from = ev.kv.mod_revision + 1;
                     if (ev.type == etcd::event_type::del) {
@@ -486,7 +486,7 @@ asio::awaitable<void> etcd_election_scope::monitor() {
             try {
                 std::string end;
                 etcd::range_options ro;
-                auto r = co_await client.range(own_key, end, ro);
+                auto r = co_await coro(client).range(own_key, end, ro);
                 if (status != scope_status::held) co_return;
                 if (r.kvs.empty() || r.kvs.front().create_revision != static_cast<std::int64_t>(token)) {
                     auto g = co_await etcd_why_gone(client, lease);
@@ -525,7 +525,7 @@ asio::awaitable<std::optional<leader_info>> read_oldest(etcd_observer& o, std::i
     opts.limit = 1;
     opts.order = etcd::sort_order::ascend;
     opts.target = etcd::sort_target::create;
-    auto r = co_await o.client.range(key, end, opts);
+    auto r = co_await coro(o.client).range(key, end, opts);
     revision = r.header.revision;
     if (r.kvs.empty()) {
         o.leader_key.clear();
@@ -559,11 +559,11 @@ asio::awaitable<std::optional<leader_info>> etcd_observer::next() {
                 wo.start_revision = o.watch_from;
                 std::string key = o.prefix;
                 std::string end = etcd::prefix_end(o.prefix);
-                auto w = co_await o.client.watch(key, end, wo);
+                auto w = co_await coro(o.client).watch(key, end, wo);
                 o.watch.emplace(std::move(w));
                 o.watch_from = 0;  // a broken watch is followed by a new read
             }
-            auto r = co_await o.watch->next();
+            auto r = co_await watch_next(*o.watch);
             // Only a change of the leader's own key, or any key while there
             // is none, can change the answer.
             bool reread = false;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "core/backend.hpp"
+#include "etcd/client_access.hpp"
 
 #include <tenure/etcd/client.hpp>
 

@@ -73,7 +73,7 @@ asio::awaitable<slot_view> read_slot_view(etcd::client& c, std::string own_key, 
     ops.emplace_back(std::move(own_op));
     ops.emplace_back(std::move(ahead));
     std::vector<etcd::request_op> no_ops;
-    auto r = co_await c.txn(no_compares, ops, no_ops);
+    auto r = co_await coro(c).txn(no_compares, ops, no_ops);
     if (r.responses.size() != 2) throw system_error(make_error_code(error::unexpected_response));
     slot_view v;
     v.revision = r.header.revision;
@@ -93,9 +93,9 @@ asio::awaitable<void> wait_any_deleted(etcd::client& c, std::string range, std::
     wo.start_revision = from;
     wo.no_put = true;
     std::string end = etcd::prefix_end(range);
-    auto w = co_await c.watch(range, end, wo);
+    auto w = co_await coro(c).watch(range, end, wo);
     for (;;) {
-        auto r = co_await w.next();
+        auto r = co_await watch_next(w);
         for (auto const& ev : r.events)
             if (ev.type == etcd::event_type::del && keys.contains(ev.kv.key)) co_return;
     }
@@ -120,7 +120,7 @@ asio::awaitable<void> withdraw_contender(etcd::client& c, std::string key, std::
     std::vector<etcd::request_op> ops;
     ops.emplace_back(std::move(del));
     std::vector<etcd::request_op> no_ops;
-    co_await c.txn(cmps, ops, no_ops);
+    co_await coro(c).txn(cmps, ops, no_ops);
 }
 
 }  // namespace
@@ -249,7 +249,7 @@ asio::awaitable<claim_holders> etcd_session::read_slots(std::string prefix, int 
     etcd::range_options opts;
     opts.order = etcd::sort_order::ascend;
     opts.target = etcd::sort_target::create;
-    auto r = co_await client.range(key, end, opts);
+    auto r = co_await coro(client).range(key, end, opts);
     claim_holders held;
     held.limit = limit;
     held.index = static_cast<std::uint64_t>(std::max<std::int64_t>(r.header.revision, 0));

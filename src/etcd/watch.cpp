@@ -158,15 +158,19 @@ namespace {
 
 // ---- watch_stream -----------------------------------------------------------------------
 
-watch_stream::watch_stream(std::shared_ptr<impl> p) noexcept : impl_(std::move(p)) {}
+watch_stream::watch_stream(std::shared_ptr<impl> p) noexcept
+    : ex_(p ? p->conn->stream.get_executor() : asio::any_io_executor{}), impl_(std::move(p)) {}
 
 watch_stream::~watch_stream() { close(); }
 
-watch_stream::watch_stream(watch_stream&& other) noexcept = default;
+// A moved-from stream keeps its executor (as an Asio socket does): next() on
+// it completes with not_connected.
+watch_stream::watch_stream(watch_stream&& other) noexcept : ex_(other.ex_), impl_(std::move(other.impl_)) {}
 
 watch_stream& watch_stream::operator=(watch_stream&& other) noexcept {
     if (this != &other) {
         close();
+        ex_ = other.ex_;
         impl_ = std::move(other.impl_);
     }
     return *this;
@@ -189,8 +193,8 @@ std::int64_t watch_stream::watch_id() const noexcept { return impl_ ? impl_->wat
 
 std::string const& watch_stream::endpoint() const noexcept { return impl_ ? impl_->endpoint : empty_string; }
 
-asio::awaitable<watch_response> watch_stream::next() {
-    auto const self = impl_;  // the stream may be moved or destroyed while we wait
+// `self` by value: the stream may be moved or destroyed while we wait.
+asio::awaitable<watch_response> watch_stream::next_impl(std::shared_ptr<impl> self) {
     if (!self || !self->open)
         throw api_error(asio::error::not_connected, 0, 0, self ? self->what + ": closed" : "watch: not open");
     try {
@@ -212,8 +216,9 @@ asio::awaitable<watch_response> watch_stream::next() {
 
 // ---- client::watch ----------------------------------------------------------------------
 
-asio::awaitable<watch_stream> client::watch(std::string key, std::string range_end, watch_options opts) {
-    auto const self = impl_;
+asio::awaitable<watch_stream> client::coroutines::watch(std::string key, std::string range_end,
+                                                       watch_options opts) const {
+    auto const self = state;
     auto const transport = self->transport;
     std::string const body = detail::encode_watch_create(key, range_end, opts);
     std::optional<api_error> last_error;

@@ -13,6 +13,7 @@
 
 #include <tenure/agent.hpp>
 #include "agent/agent_access.hpp"
+#include "consul/client_access.hpp"
 
 #include <tenure/consul/client.hpp>
 
@@ -115,6 +116,10 @@ struct acl_agent {
     }
 };
 
+// The client's coroutines (not its completion-token operations): they throw
+// api_error with the HTTP status and the server's message.
+using tenure::detail::coro;
+
 template <class T>
 asio::awaitable<consul::api_error> expect_api_error(asio::awaitable<T> op) {
     try {
@@ -150,7 +155,7 @@ BOOST_FIXTURE_TEST_CASE(client_library_with_a_token, acl_agent) {
         consul::read_options ro;
         ro.index = got.meta.index;
         ro.wait = 20s;
-        auto waiter = asio::co_spawn(ex, app.kv_get(key, ro), asio::use_awaitable);
+        auto waiter = app.kv_get(key, ro, asio::use_awaitable);
         std::optional<std::string> again = "again";
         BOOST_TEST(co_await app.kv_put(key, again));
         auto woken = co_await std::move(waiter);
@@ -159,18 +164,18 @@ BOOST_FIXTURE_TEST_CASE(client_library_with_a_token, acl_agent) {
 
         // Outside its prefix: 403 with Consul's message.
         std::string const other = "service/other";
-        auto e = co_await expect_api_error(app.kv_put(other, again));
+        auto e = co_await expect_api_error(coro(app).kv_put(other, again));
         BOOST_TEST(e.http_status() == 403u);
         BOOST_TEST(e.server_message().starts_with("Permission denied: token with AccessorID '"));
         BOOST_TEST(e.server_message().find("lacks permission 'key:write' on \"service/other\"") != std::string::npos);
 
         // No token: the anonymous token, denied by default.
         consul::client anon{ex, config("")};
-        e = co_await expect_api_error(anon.kv_get(key));
+        e = co_await expect_api_error(coro(anon).kv_get(key));
         BOOST_TEST(e.http_status() == 403u);
         // An unknown token.
         consul::client bogus{ex, config("not-a-token")};
-        e = co_await expect_api_error(bogus.session_create(sr));
+        e = co_await expect_api_error(coro(bogus).session_create(sr));
         BOOST_TEST(e.http_status() == 403u);
         BOOST_TEST(e.server_message() == "ACL not found");
 
@@ -279,7 +284,7 @@ consul::api_error failed_round_trip(consul::client_config cfg) {
         consul::client c{co_await asio::this_coro::executor, cfg};
         std::string const key = "tls/k";
         std::optional<std::string> v = "x";
-        err = co_await expect_api_error(c.kv_put(key, v));
+        err = co_await expect_api_error(coro(c).kv_put(key, v));
     });
     BOOST_REQUIRE(err);
     return *err;

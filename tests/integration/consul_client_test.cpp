@@ -24,6 +24,8 @@
 
 #include "agent_process.hpp"
 
+#include "consul/client_access.hpp"
+
 #include <tenure/agent.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/error.hpp>
@@ -145,6 +147,10 @@ struct inprocess_env : client_env {
 };
 
 // ---- helpers ----------------------------------------------------------------------
+
+// The client's coroutines (not its completion-token operations): they throw
+// api_error with the HTTP status and the server's message.
+using tenure::detail::coro;
 
 // Awaits `op` and returns the api_error it must throw.
 template <class T>
@@ -397,23 +403,23 @@ asio::awaitable<void> acquire_release(client_env& e) {
 asio::awaitable<void> server_error(client_env& e) {
     auto& c = e.c();
     std::string const unknown = "7a3f0c4e-5b1d-4c2a-9e8f-0123456789ab";
-    auto err = co_await expect_api_error(c.kv_acquire("err/k", unknown, "v"), "acquire with an unknown session");
+    auto err = co_await expect_api_error(coro(c).kv_acquire("err/k", unknown, "v"), "acquire with an unknown session");
     BOOST_TEST(err.http_status() == 500u);
     BOOST_TEST((err.code() == tenure::error::http_status));
     BOOST_TEST(err.server_message().find("invalid session") != std::string::npos, err.server_message());
     BOOST_TEST(std::string(err.what()).find("500") != std::string::npos, err.what());
 
     consul::session_request const too_short{.name = "x", .ttl = 1ns};
-    auto bad = co_await expect_api_error(c.session_create(too_short), "TTL below the minimum");
+    auto bad = co_await expect_api_error(coro(c).session_create(too_short), "TTL below the minimum");
     BOOST_TEST(bad.http_status() == 500u);
     BOOST_TEST(bad.server_message().find("Invalid Session TTL") != std::string::npos, bad.server_message());
 
-    auto missing_key = co_await expect_api_error(c.kv_get(""), "empty key");
+    auto missing_key = co_await expect_api_error(coro(c).kv_get(""), "empty key");
     BOOST_TEST(missing_key.http_status() == 400u);
 
     // ?dc= is sent: the agent knows only its own datacenter.
     auto other_dc = e.make_client({.datacenter = "elsewhere"});
-    auto dc_err = co_await expect_api_error(other_dc->kv_get("k"), "unknown datacenter");
+    auto dc_err = co_await expect_api_error(coro(*other_dc).kv_get("k"), "unknown datacenter");
     BOOST_TEST(dc_err.http_status() == 500u);
     BOOST_TEST(dc_err.server_message().find("No path to datacenter") != std::string::npos);
     auto own_dc = e.make_client({.datacenter = e.datacenter});
@@ -529,12 +535,12 @@ asio::awaitable<void> agent_and_checks(client_env& e) {
     BOOST_TEST(key.value->session.empty());
 
     // A critical check refuses new sessions bound to it.
-    auto refused = co_await expect_api_error(c.session_create(req), "session bound to a critical check");
+    auto refused = co_await expect_api_error(coro(c).session_create(req), "session bound to a critical check");
     BOOST_TEST(refused.http_status() == 500u);
     BOOST_TEST(refused.server_message().find("critical") != std::string::npos, refused.server_message());
 
     co_await c.check_deregister("itest-check");
-    auto gone = co_await expect_api_error(c.check_pass("itest-check"), "pass of a deregistered check");
+    auto gone = co_await expect_api_error(coro(c).check_pass("itest-check"), "pass of a deregistered check");
     BOOST_TEST(gone.http_status() == 404u);
 }
 
@@ -547,7 +553,8 @@ asio::awaitable<void> cancel_blocking_query(client_env& e) {
     std::exception_ptr ep;
     bool done = false;
     auto const start = steady::now();
-    asio::co_spawn(co_await asio::this_coro::executor, c.kv_get("cancel/k", {.index = first.meta.index, .wait = 30s}),
+    asio::co_spawn(co_await asio::this_coro::executor,
+                   coro(c).kv_get("cancel/k", {.index = first.meta.index, .wait = 30s}),
                    asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr x, auto) {
                        ep = x;
                        done = true;
@@ -567,7 +574,8 @@ asio::awaitable<void> cancel_blocking_query(client_env& e) {
     // close() aborts a parked request too.
     ep = nullptr;
     done = false;
-    asio::co_spawn(co_await asio::this_coro::executor, c.kv_get("cancel/k", {.index = first.meta.index, .wait = 30s}),
+    asio::co_spawn(co_await asio::this_coro::executor,
+                   coro(c).kv_get("cancel/k", {.index = first.meta.index, .wait = 30s}),
                    [&](std::exception_ptr x, auto) {
                        ep = x;
                        done = true;
@@ -633,7 +641,7 @@ BOOST_AUTO_TEST_CASE(request_deadline) {
     run([](client_env& e) -> asio::awaitable<void> {
         auto c = e.make_client({.blocking_margin = -1900ms});
         auto first = co_await c->kv_get("d/k");
-        auto err = co_await expect_api_error(c->kv_get("d/k", {.index = first.meta.index, .wait = 2s}), "deadline");
+        auto err = co_await expect_api_error(coro(*c).kv_get("d/k", {.index = first.meta.index, .wait = 2s}), "deadline");
         BOOST_TEST((err.code() == asio::error::timed_out), err.what());
         BOOST_TEST(err.http_status() == 0u);
     });
@@ -643,7 +651,7 @@ BOOST_AUTO_TEST_CASE(stopped_agent) {
     run([](client_env& e) -> asio::awaitable<void> {
         BOOST_TEST(co_await e.c().kv_put("k", "v"));
         static_cast<inprocess_env&>(e).agent->stop();
-        auto err = co_await expect_api_error(e.c().kv_get("k"), "stopped agent");
+        auto err = co_await expect_api_error(coro(e.c()).kv_get("k"), "stopped agent");
         BOOST_TEST((err.code() == tenure::error::agent_stopped), err.what());
     });
 }
@@ -694,7 +702,7 @@ BOOST_AUTO_TEST_CASE(connection_refused) {
     std::optional<consul::api_error> err;
     asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
         try {
-            co_await c.kv_get("k");
+            co_await coro(c).kv_get("k");
         } catch (consul::api_error const& e) {
             err = e;
         }
@@ -719,7 +727,7 @@ BOOST_AUTO_TEST_CASE(request_timeout) {
     std::optional<consul::api_error> err;
     asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
         try {
-            co_await c.agent_self();
+            co_await coro(c).agent_self();
         } catch (consul::api_error const& e) {
             err = e;
         }
@@ -818,7 +826,7 @@ BOOST_AUTO_TEST_CASE(keep_alive_pool) {
         BOOST_TEST(agent->connection_count() == 1u);  // one connection, reused
 
         // Three at once need three connections; two of them stay pooled.
-        auto get = [&] { return c->kv_get("pool/k"); };
+        auto get = [&] { return c->kv_get("pool/k", {}, asio::use_awaitable); };
         auto [a, b, d] = co_await (get() && get() && get());
         BOOST_TEST(val(a.value->value) == "9");
         BOOST_TEST(val(b.value->value) == "9");

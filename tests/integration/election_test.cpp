@@ -14,10 +14,10 @@
 #include "http_client.hpp"
 
 #include "core/backend.hpp"  // the session's scope list (memory of ended terms)
+#include "consul/client_access.hpp"  // the client's coroutines, which throw api_error
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
-#include <tenure/launch.hpp>
 
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -802,37 +802,6 @@ BOOST_AUTO_TEST_CASE(a_long_lived_session_forgets_ended_terms) {
     });
 }
 
-BOOST_AUTO_TEST_CASE(client_operations_take_completion_tokens_through_launch) {
-    auto client = make_client();
-    std::optional<std::string> value = "v";
-    bool put_done = false, got = false;
-    // A plain callback as the token: no coroutine on the caller's side.
-    tenure::launch(io.get_executor(), client->kv_put("itest/launch", value), [&](error_code ec, bool ok) {
-        BOOST_TEST(!ec);
-        BOOST_TEST(ok);
-        put_done = true;
-        tenure::launch(io.get_executor(), client->kv_get("itest/launch"),
-                       [&](error_code ec2, consul::read_result<std::optional<consul::kv_pair>> r) {
-                           BOOST_TEST(!ec2);
-                           BOOST_REQUIRE(r.value.has_value());
-                           BOOST_TEST(*r.value->value == "v");
-                           got = true;
-                           io.stop();
-                       });
-    });
-    // An HTTP error arrives as the error_code.
-    std::optional<std::string> none;
-    error_code acquire_ec;
-    tenure::launch(io.get_executor(), client->kv_acquire("itest/launch2", "not-a-session", none),
-                   [&](error_code ec, bool) { acquire_ec = ec; });
-    io.run_for(10s);
-    BOOST_TEST(put_done);
-    BOOST_TEST(got);
-    io.restart();
-    io.run_for(2s);
-    BOOST_TEST((acquire_ec == tenure::error::http_status));
-}
-
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- the agent and the client over a Unix domain socket (unix:///path) ----------
@@ -935,7 +904,8 @@ BOOST_AUTO_TEST_CASE(a_unix_address_on_a_file_that_is_not_a_socket_is_refused_an
     BOOST_CHECK_THROW(client_for("unix:///" + std::string(120, 'a')), boost::system::system_error);  // > sun_path
     BOOST_TEST(client_for("UNIX:///run/x.sock").config().address == "unix:///run/x.sock");
 
-    // A socket nobody listens on: the request fails, and the error names the socket.
+    // A socket nobody listens on: the request fails, and the error names the
+    // socket (the api_error's message: the client's coroutine throws it).
     auto const nobody = socket_path("nobody");
     auto lonely = client_for("unix://" + nobody);
     std::string what;
@@ -943,7 +913,7 @@ BOOST_AUTO_TEST_CASE(a_unix_address_on_a_file_that_is_not_a_socket_is_refused_an
         io,
         [&]() -> asio::awaitable<void> {
             try {
-                co_await lonely.agent_self();
+                co_await tenure::detail::coro(lonely).agent_self();
             } catch (std::exception const& e) {
                 what = e.what();
             }
@@ -982,7 +952,7 @@ BOOST_AUTO_TEST_CASE(a_release_answered_429_is_sent_again_and_frees_the_key) {
         bool refused = false;
         for (int i = 0; i < 20 && !refused; ++i) {
             try {
-                co_await c.kv_get("itest/rate-limited");
+                co_await tenure::detail::coro(c).kv_get("itest/rate-limited");  // throws api_error (its status)
             } catch (consul::api_error const& x) {
                 BOOST_REQUIRE(x.http_status() == 429u);
                 refused = true;

@@ -26,6 +26,8 @@
 #include "agent_process.hpp"
 #include "etcd_process.hpp"
 
+#include "etcd/client_access.hpp"
+
 #include <tenure/error.hpp>
 #include <tenure/etcd/client.hpp>
 
@@ -105,6 +107,12 @@ struct cluster_env : io_env {
 
 // ---- helpers --------------------------------------------------------------------------
 
+// The client's and the stream's coroutines (not their completion-token
+// operations): they throw api_error with the gRPC code, the message and the
+// compaction revision.
+using tenure::detail::coro;
+using tenure::detail::watch_next;
+
 // Awaits `op` and returns the api_error it must throw.
 template <class T>
 asio::awaitable<etcd::api_error> expect_api_error(asio::awaitable<T> op, char const* what) {
@@ -157,7 +165,7 @@ asio::awaitable<std::vector<etcd::event>> collect(etcd::watch_stream& w, std::si
     auto const deadline = steady::now() + limit;
     while (out.size() < n) {
         auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
-        auto r = co_await within(w.next(), left);
+        auto r = co_await within(w.next(asio::use_awaitable), left);
         if (!r) BOOST_FAIL("only " << out.size() << " of " << n << " watch events within " << limit.count() << " ms");
         for (auto& e : r->events) out.push_back(std::move(e));
     }
@@ -195,13 +203,13 @@ asio::awaitable<void> lease_lifecycle(single_env& e) {
     BOOST_TEST(co_await c.lease_keepalive(g.id) == 0);  // "TTL" omitted: unknown lease
     BOOST_TEST(co_await c.lease_time_to_live(g.id) == -1);
 
-    auto err = co_await expect_api_error(c.lease_revoke(g.id), "revoke of a revoked lease");
+    auto err = co_await expect_api_error(coro(c).lease_revoke(g.id), "revoke of a revoked lease");
     BOOST_TEST((err.code() == tenure::error::lease_not_found));
     BOOST_TEST(err.grpc_code() == 5);
     BOOST_TEST(err.http_status() == 404u);
     BOOST_TEST(err.server_message() == "etcdserver: requested lease not found");
 
-    err = co_await expect_api_error(c.put("lease/k", "v", po), "put with a revoked lease");
+    err = co_await expect_api_error(coro(c).put("lease/k", "v", po), "put with a revoked lease");
     BOOST_TEST((err.code() == tenure::error::lease_not_found));
 
     // Caller-chosen IDs beyond 2^32 and 2^53 (a double would round the latter).
@@ -217,7 +225,7 @@ asio::awaitable<void> lease_lifecycle(single_env& e) {
         BOOST_TEST(r2.kvs[0].lease == id);
         BOOST_TEST(co_await c.lease_keepalive(id) == 30);
     }
-    err = co_await expect_api_error(c.lease_grant(30, 5'000'000'000), "grant of an existing ID");
+    err = co_await expect_api_error(coro(c).lease_grant(30, 5'000'000'000), "grant of an existing ID");
     BOOST_TEST(err.grpc_code() == 9);
     BOOST_TEST(err.http_status() == 412u);
     BOOST_TEST((err.code() == tenure::error::etcd_error));
@@ -343,7 +351,7 @@ asio::awaitable<void> kv_put_range_delete(single_env& e) {
     BOOST_TEST(r.kvs.size() == 1u);
 
     // A request etcd refuses: key not provided.
-    auto const err = co_await expect_api_error(c.put("", "v"), "put without a key");
+    auto const err = co_await expect_api_error(coro(c).put("", "v"), "put without a key");
     BOOST_TEST(err.grpc_code() == 3);
     BOOST_TEST(err.http_status() == 400u);
     BOOST_TEST((err.code() == tenure::error::etcd_error));
@@ -440,7 +448,7 @@ asio::awaitable<void> txn_compare_and_ops(single_env& e) {
     // etcd refuses two puts of one key in a txn.
     std::vector<etcd::request_op> dup{etcd::put_op{"/el/d", "1", {}}, etcd::put_op{"/el/d", "2", {}}};
     std::vector<etcd::compare> no_cmp;
-    auto const err = co_await expect_api_error(c.txn(no_cmp, dup, none), "txn with a duplicate key");
+    auto const err = co_await expect_api_error(coro(c).txn(no_cmp, dup, none), "txn with a duplicate key");
     BOOST_TEST(err.grpc_code() == 3);
     BOOST_TEST(err.http_status() == 400u);
     BOOST_TEST(err.server_message() == "etcdserver: duplicate key given in txn request");
@@ -530,18 +538,18 @@ asio::awaitable<void> watch_compacted(single_env& e) {
     co_await c.compact(third.header.revision, true);
 
     // A read below the compaction point.
-    auto err = co_await expect_api_error(c.range("/c/k", "", {.revision = first.header.revision}), "range at a compacted revision");
+    auto err = co_await expect_api_error(coro(c).range("/c/k", "", {.revision = first.header.revision}), "range at a compacted revision");
     BOOST_TEST((err.code() == tenure::error::etcd_compacted));
     BOOST_TEST(err.grpc_code() == 11);
 
     // A watch below it: created, then canceled with compact_revision.
     auto w = co_await c.watch("/c/k", "", {.start_revision = first.header.revision});
-    err = co_await expect_api_error(w.next(), "watch from a compacted revision");
+    err = co_await expect_api_error(watch_next(w), "watch from a compacted revision");
     BOOST_TEST((err.code() == tenure::error::etcd_compacted));
     BOOST_TEST(err.compact_revision() == third.header.revision);
     std::int64_t const compact_rev = err.compact_revision();
     BOOST_TEST(!w.is_open());
-    err = co_await expect_api_error(w.next(), "next() on a closed stream");
+    err = co_await expect_api_error(watch_next(w), "next() on a closed stream");
     BOOST_TEST((err.code() == asio::error::not_connected));
 
     // Resuming where history begins works.
@@ -555,10 +563,10 @@ asio::awaitable<void> watch_compacted(single_env& e) {
 asio::awaitable<void> watch_cancel(single_env& e) {
     auto& c = e.c();
     auto w = co_await c.watch("/quiet");
-    auto const r = co_await (w.next() || pause(200ms));
+    auto const r = co_await (w.next(asio::use_awaitable) || pause(200ms));
     BOOST_TEST(r.index() == 1u);  // the timer won; next() was cancelled
     BOOST_TEST(!w.is_open());
-    auto const err = co_await expect_api_error(w.next(), "next() after a cancelled next()");
+    auto const err = co_await expect_api_error(watch_next(w), "next() after a cancelled next()");
     BOOST_TEST((err.code() == asio::error::not_connected));
 
     {
@@ -573,7 +581,7 @@ asio::awaitable<void> watch_cancel(single_env& e) {
         co_await pause(50ms);
         w3.close();
     };
-    auto const both = co_await (expect_api_error(w3.next(), "next() on a stream closed meanwhile") && closer());
+    auto const both = co_await (expect_api_error(watch_next(w3), "next() on a stream closed meanwhile") && closer());
     BOOST_TEST((both.code() == asio::error::operation_aborted));
     co_await c.put("/quiet", "still works");
     BOOST_TEST((co_await c.range("/quiet")).kvs.size() == 1u);
@@ -603,11 +611,11 @@ asio::awaitable<void> endpoint_failover(single_env& e) {
 
     // Only dead endpoints: the transport error, no HTTP status.
     auto c3 = e.make_client({dead});
-    auto err = co_await expect_api_error(c3->range("fo/k"), "range on a dead endpoint");
+    auto err = co_await expect_api_error(coro(*c3).range("fo/k"), "range on a dead endpoint");
     BOOST_TEST((err.code() == asio::error::connection_refused));
     BOOST_TEST(err.http_status() == 0u);
     BOOST_TEST(err.grpc_code() == 0);
-    err = co_await expect_api_error(c3->watch("fo/k"), "watch on a dead endpoint");
+    err = co_await expect_api_error(coro(*c3).watch("fo/k"), "watch on a dead endpoint");
     BOOST_TEST((err.code() == asio::error::connection_refused));
 
     // A black hole: the kernel completes the connection, nobody answers.
@@ -619,7 +627,7 @@ asio::awaitable<void> endpoint_failover(single_env& e) {
     BOOST_TEST(c4->current_endpoint() == live);
     BOOST_TEST((steady::now() - t0 >= 250ms));  // the black hole cost its timeout
     auto c5 = e.make_client({hole_url}, 200ms);
-    err = co_await expect_api_error(c5->range("fo/k"), "range on a black hole");
+    err = co_await expect_api_error(coro(*c5).range("fo/k"), "range on a black hole");
     BOOST_TEST((err.code() == asio::error::timed_out));
 }
 
@@ -627,16 +635,16 @@ asio::awaitable<void> endpoint_failover(single_env& e) {
 // the HTTP status and the body come back, for unary requests and watches.
 asio::awaitable<void> not_an_etcd_server(single_env& e, std::uint16_t agent_port) {
     auto c = e.make_client({"http://127.0.0.1:" + std::to_string(agent_port)});
-    auto err = co_await expect_api_error(c->range("k"), "range on a Consul agent");
+    auto err = co_await expect_api_error(coro(*c).range("k"), "range on a Consul agent");
     BOOST_TEST(err.http_status() == 404u);
     BOOST_TEST(err.grpc_code() == 0);
     BOOST_TEST((err.code() == tenure::error::http_status));
     BOOST_TEST(err.server_message() == "404 page not found");
-    err = co_await expect_api_error(c->watch("k"), "watch on a Consul agent");
+    err = co_await expect_api_error(coro(*c).watch("k"), "watch on a Consul agent");
     BOOST_TEST(err.http_status() == 404u);
     BOOST_TEST((err.code() == tenure::error::http_status));
     BOOST_TEST(err.server_message() == "404 page not found");
-    err = co_await expect_api_error(c->lease_keepalive(1), "keepalive on a Consul agent");
+    err = co_await expect_api_error(coro(*c).lease_keepalive(1), "keepalive on a Consul agent");
     BOOST_TEST(err.http_status() == 404u);
 }
 
@@ -673,7 +681,7 @@ asio::awaitable<void> cluster_kill_current_member(cluster_env& e, std::size_t le
     e.cluster.kill(leader);
 
     // The watch on the killed member ends with a transport error.
-    auto const err = co_await expect_api_error(w.next(), "watch on a killed member");
+    auto const err = co_await expect_api_error(watch_next(w), "watch on a killed member");
     BOOST_TEST(err.http_status() == 0u);
     BOOST_TEST(!w.is_open());
 
@@ -711,7 +719,7 @@ asio::awaitable<void> cluster_quorum_loss(cluster_env& e, std::size_t survivor) 
         if (i != survivor) e.cluster.kill(i);
 
     auto const t0 = steady::now();
-    auto const outcome = co_await within(error_of(w.next()), 20s);
+    auto const outcome = co_await within(error_of(watch_next(w)), 20s);
     BOOST_REQUIRE_MESSAGE(outcome, "the watch did not end within 20 s of losing the quorum");
     auto const& r = *outcome;
     BOOST_REQUIRE_MESSAGE(r, "the watch delivered events instead of ending");

@@ -15,6 +15,7 @@
 // __supervise` (below), which SIGKILLs the group when this process is gone.
 #include "cli.hpp"
 
+#include "consul/client_access.hpp"
 #include "core/race.hpp"
 #include <tenure/consul/client.hpp>
 #include "net/duration.hpp"
@@ -657,7 +658,7 @@ asio::awaitable<int> lock_command::run(consul::client* consul_client, etcd::clie
         std::optional<consul::agent_info> self;
         std::string failure;
         try {
-            auto op = client.agent_self();
+            auto op = tenure::detail::coro(client).agent_self();
             auto stop = shutdown_.wait();
             self = co_await tenure::detail::race(std::move(op), std::move(stop));
         } catch (std::exception const& e) {

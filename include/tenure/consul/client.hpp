@@ -1,13 +1,15 @@
 /// @file
 /// tenure::consul::client — Consul's HTTP API (sessions, KV, txn, agent checks)
-/// as C++20 coroutines on the caller's executor.
+/// as Asio asynchronous operations on the caller's executor.
 ///
-/// Operations return asio::awaitable<T> and throw tenure::consul::api_error (a
-/// boost::system::system_error) on failure: the error_code is in tenure's
-/// categories, and the HTTP status and the server's message are carried along.
-/// The primitives built on top (session, election, leadership_scope) expose
-/// Asio's universal completion-token model; tenure::launch (launch.hpp) runs
-/// any of these operations with a completion token too.
+/// Every operation takes an Asio completion token, as the primitives built on
+/// top (session, election, leadership_scope, semaphore) do, and completes with
+/// void(error_code, T) or void(error_code). With the default token,
+/// boost::asio::use_awaitable, a coroutine writes `co_await client.kv_get("k")`
+/// and a failure rethrows the api_error itself; callbacks, use_future,
+/// as_tuple and deferred work as with any Asio operation. See
+/// tenure::consul::client for what every operation has in common (errors,
+/// cancellation, lifetimes, threads).
 ///
 /// Two transports: HTTP/1.1 over a keep-alive connection pool (Boost.Beast),
 /// or one made by a transport_factory - the embedded agent's in-process
@@ -15,11 +17,13 @@
 /// one. This header, and the tenure::client library, know nothing of the agent.
 #pragma once
 
+#include <tenure/detail/async_bridge.hpp>
 #include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <chrono>
@@ -82,7 +86,10 @@ struct client_config {
     std::string tls_server_name;
 };
 
-/// The error thrown by every client operation that fails.
+/// What a failed operation failed with. With the default token,
+/// use_awaitable, it is rethrown as it is; on the error-code path the handler
+/// gets its code, and tenure::with_diagnostics(diag, token) its HTTP status
+/// and message (tenure/diagnostics.hpp).
 /// http_status(): 0 when the failure was not an HTTP answer (connect,
 /// timeout, parse). server_message(): the server's text body for an error
 /// status (may contain user input); when http_status() is 0, what failed,
@@ -199,6 +206,30 @@ class transport;  // the library's own (src/consul/transport.hpp): opaque to use
 using transport_factory =
     std::function<std::shared_ptr<detail::transport>(boost::asio::any_io_executor, client_config const&)>;
 
+/// A Consul client. Its operations are Asio asynchronous operations (see the
+/// file comment); what they have in common:
+///
+/// - **Errors**: an operation completes with the code of the api_error its
+///   request failed with: `error::http_status` when the server answers an error
+///   status (except where an operation says what a status means, e.g. 404 for
+///   a key that does not exist), `error::unexpected_response` for an answer
+///   this client cannot parse, `error::agent_stopped` in-process when the agent
+///   has stopped, or an Asio code for a transport failure (`connection_refused`,
+///   `timed_out` past the request's deadline, `operation_aborted` when cancelled
+///   or after close(), ...). The HTTP status and the server's message: on the
+///   api_error the default token rethrows, or through
+///   tenure::with_diagnostics(diag, token) on the error-code path.
+/// - **Cancellation**: per-operation, terminal only (partial and total requests
+///   are ignored). The request is abandoned, the client closes its connection
+///   (there is none in-process) and the operation completes with
+///   `operation_aborted`; the client stays usable. A read changes nothing; a
+///   write that was already sent may still be applied by the server.
+/// - **Lifetimes**: the client must outlive every operation it started.
+///   Arguments are taken by value.
+/// - **Threads**: starting an operation only reads the client's executor, so a
+///   thread that does not run the executor may start one (with use_future, say);
+///   the request itself runs on the executor, and the rest of the client
+///   (close(), its destruction) belongs to the thread that runs it.
 class client {
 public:
     /// HTTP transport.
@@ -224,41 +255,378 @@ public:
     std::size_t open_connections() const noexcept;
 
     // ---- sessions ----
-    boost::asio::awaitable<std::string> session_create(session_request req);
-    /// The renewed session, or nullopt when the server no longer knows it (404).
-    boost::asio::awaitable<std::optional<session_info>> session_renew(std::string id);
-    boost::asio::awaitable<void> session_destroy(std::string id);
-    boost::asio::awaitable<read_result<std::optional<session_info>>> session_info_get(std::string id, read_options opts = {});
-    boost::asio::awaitable<read_result<std::vector<session_info>>> session_list(read_options opts = {});
+
+    /// Creates a session (`PUT /v1/session/create`).
+    ///
+    /// @async_completion{void(boost::system::error_code, std::string session_id)}
+    /// @async_cancellation
+    /// Terminal (see the class): the session may still have been created; with
+    /// a TTL it lapses, without one it stays until destroyed.
+    /// @async_errors
+    /// The api_error's code (see the class); `error::http_status` e.g. for a TTL
+    /// the server refuses.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto session_create(session_request req, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.session_create(std::move(req)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Renews a session (`PUT /v1/session/renew/<id>`): the renewed session, or
+    /// nullopt when the server no longer knows it (404).
+    ///
+    /// @async_completion{void(boost::system::error_code, std::optional<session_info>)}
+    /// @async_cancellation
+    /// Terminal (see the class): the renewal may still have been applied.
+    /// @async_errors
+    /// The api_error's code (see the class); a 404 is not an error.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto session_renew(std::string id, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.session_renew(std::move(id)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Destroys a session (`PUT /v1/session/destroy/<id>`); the keys it holds are
+    /// released or deleted as its behavior says.
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the session may still have been destroyed.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto session_destroy(std::string id, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.session_destroy(std::move(id)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Reads a session (`GET /v1/session/info/<id>`): nullopt when it does not
+    /// exist. With opts.index, a blocking query.
+    ///
+    /// @async_completion{void(boost::system::error_code, read_result<std::optional<session_info>>)}
+    /// @async_cancellation
+    /// Terminal (see the class): a read, nothing changes.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto session_info_get(std::string id, read_options opts = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.session_info_get(std::move(id), opts),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Every session of the datacenter (`GET /v1/session/list`). With opts.index,
+    /// a blocking query.
+    ///
+    /// @async_completion{void(boost::system::error_code, read_result<std::vector<session_info>>)}
+    /// @async_cancellation
+    /// Terminal (see the class): a read, nothing changes.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto session_list(read_options opts = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.session_list(opts), std::forward<CompletionToken>(token));
+    }
 
     // ---- KV ----
-    boost::asio::awaitable<read_result<std::optional<kv_pair>>> kv_get(std::string key, read_options opts = {});
-    boost::asio::awaitable<read_result<std::vector<kv_pair>>> kv_list(std::string prefix, read_options opts = {});
-    boost::asio::awaitable<read_result<std::vector<std::string>>> kv_keys(std::string prefix, std::string separator = {},
-                                                                         read_options opts = {});
-    /// Plain set (true) or CAS (the CAS result).
-    boost::asio::awaitable<bool> kv_put(std::string key, std::optional<std::string> value, put_options opts = {});
-    boost::asio::awaitable<bool> kv_acquire(std::string key, std::string session, std::optional<std::string> value,
-                                            std::uint64_t flags = 0);
-    boost::asio::awaitable<bool> kv_release(std::string key, std::string session, std::optional<std::string> value,
-                                            std::uint64_t flags = 0);
-    boost::asio::awaitable<bool> kv_delete(std::string key, std::optional<std::uint64_t> cas = {});
-    boost::asio::awaitable<void> kv_delete_tree(std::string prefix);
-    boost::asio::awaitable<txn_result> txn(std::vector<txn_op> ops);
+
+    /// Reads one key (`GET /v1/kv/<key>`): nullopt when it does not exist (404).
+    /// With opts.index, a blocking query: answered once the key's index passes
+    /// it, or after opts.wait.
+    ///
+    /// @async_completion{void(boost::system::error_code, read_result<std::optional<kv_pair>>)}
+    /// @async_cancellation
+    /// Terminal (see the class): a read, nothing changes. A cancelled blocking
+    /// query completes at once.
+    /// @async_errors
+    /// The api_error's code (see the class); a 404 is not an error.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_get(std::string key, read_options opts = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.kv_get(std::move(key), opts),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Every pair under a prefix (`GET /v1/kv/<prefix>?recurse`): empty when there
+    /// is none. With opts.index, a blocking query.
+    ///
+    /// @async_completion{void(boost::system::error_code, read_result<std::vector<kv_pair>>)}
+    /// @async_cancellation
+    /// Terminal (see the class): a read, nothing changes.
+    /// @async_errors
+    /// The api_error's code (see the class); a 404 is not an error.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_list(std::string prefix, read_options opts = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.kv_list(std::move(prefix), opts),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// The keys under a prefix (`GET /v1/kv/<prefix>?keys`), up to the next
+    /// `separator` when one is given. With opts.index, a blocking query.
+    ///
+    /// @async_completion{void(boost::system::error_code, read_result<std::vector<std::string>>)}
+    /// @async_cancellation
+    /// Terminal (see the class): a read, nothing changes.
+    /// @async_errors
+    /// The api_error's code (see the class); a 404 is not an error.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_keys(std::string prefix, std::string separator = {}, read_options opts = {},
+                 CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.kv_keys(std::move(prefix), std::move(separator), opts),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Writes a key (`PUT /v1/kv/<key>`): true for a plain set, the CAS result
+    /// with opts.cas.
+    ///
+    /// @async_completion{void(boost::system::error_code, bool written)}
+    /// @async_cancellation
+    /// Terminal (see the class): the write may still have been applied.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_put(std::string key, std::optional<std::string> value, put_options opts = {},
+                CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.kv_put(std::move(key), std::move(value), opts),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Takes a key for a session (`PUT /v1/kv/<key>?acquire=`): true when the
+    /// session holds it now.
+    ///
+    /// @async_completion{void(boost::system::error_code, bool acquired)}
+    /// @async_cancellation
+    /// Terminal (see the class): the key may still have been acquired.
+    /// @async_errors
+    /// The api_error's code (see the class); `error::http_status` e.g. for an
+    /// unknown session.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_acquire(std::string key, std::string session, std::optional<std::string> value, std::uint64_t flags = 0,
+                    CompletionToken&& token = {}) {
+        return tenure::detail::async_run(
+            get_executor(), co_.kv_acquire(std::move(key), std::move(session), std::move(value), flags),
+            std::forward<CompletionToken>(token));
+    }
+
+    /// Releases a key a session holds (`PUT /v1/kv/<key>?release=`): true when
+    /// released.
+    ///
+    /// @async_completion{void(boost::system::error_code, bool released)}
+    /// @async_cancellation
+    /// Terminal (see the class): the key may still have been released.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_release(std::string key, std::string session, std::optional<std::string> value, std::uint64_t flags = 0,
+                    CompletionToken&& token = {}) {
+        return tenure::detail::async_run(
+            get_executor(), co_.kv_release(std::move(key), std::move(session), std::move(value), flags),
+            std::forward<CompletionToken>(token));
+    }
+
+    /// Deletes a key (`DELETE /v1/kv/<key>`): true, or the CAS result with `cas`.
+    ///
+    /// @async_completion{void(boost::system::error_code, bool deleted)}
+    /// @async_cancellation
+    /// Terminal (see the class): the key may still have been deleted.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_delete(std::string key, std::optional<std::uint64_t> cas = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.kv_delete(std::move(key), cas),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Deletes every key under a prefix (`DELETE /v1/kv/<prefix>?recurse`).
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the keys may still have been deleted.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto kv_delete_tree(std::string prefix, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.kv_delete_tree(std::move(prefix)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Runs a transaction (`PUT /v1/txn`): committed with its results, or (a 409)
+    /// rolled back with the errors of the operations that failed.
+    ///
+    /// @async_completion{void(boost::system::error_code, txn_result)}
+    /// @async_cancellation
+    /// Terminal (see the class): the transaction may still have been committed.
+    /// @async_errors
+    /// The api_error's code (see the class); a rolled-back transaction (409) is
+    /// not an error.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto txn(std::vector<txn_op> ops, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.txn(std::move(ops)), std::forward<CompletionToken>(token));
+    }
 
     // ---- agent ----
-    boost::asio::awaitable<agent_info> agent_self();
-    boost::asio::awaitable<void> check_register(check_registration reg);
-    boost::asio::awaitable<void> check_pass(std::string id, std::string note = {});
-    boost::asio::awaitable<void> check_warn(std::string id, std::string note = {});
-    boost::asio::awaitable<void> check_fail(std::string id, std::string note = {});
-    boost::asio::awaitable<void> check_deregister(std::string id);
+
+    /// The agent's node name and datacenter (`GET /v1/agent/self`).
+    ///
+    /// @async_completion{void(boost::system::error_code, agent_info)}
+    /// @async_cancellation
+    /// Terminal (see the class): a read, nothing changes.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto agent_self(CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.agent_self(), std::forward<CompletionToken>(token));
+    }
+
+    /// Registers a check with the agent (`PUT /v1/agent/check/register`).
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the check may still have been registered.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto check_register(check_registration reg, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.check_register(std::move(reg)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Sets a TTL check passing (`PUT /v1/agent/check/pass/<id>`), with a note.
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the status may still have been set.
+    /// @async_errors
+    /// The api_error's code (see the class); `error::http_status` for an unknown
+    /// check.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto check_pass(std::string id, std::string note = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.check_pass(std::move(id), std::move(note)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Sets a TTL check warning (`PUT /v1/agent/check/warn/<id>`), with a note.
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the status may still have been set.
+    /// @async_errors
+    /// The api_error's code (see the class); `error::http_status` for an unknown
+    /// check.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto check_warn(std::string id, std::string note = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.check_warn(std::move(id), std::move(note)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Sets a TTL check critical (`PUT /v1/agent/check/fail/<id>`), with a note:
+    /// sessions bound to it are invalidated.
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the status may still have been set.
+    /// @async_errors
+    /// The api_error's code (see the class); `error::http_status` for an unknown
+    /// check.
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto check_fail(std::string id, std::string note = {}, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.check_fail(std::move(id), std::move(note)),
+                                         std::forward<CompletionToken>(token));
+    }
+
+    /// Deregisters a check (`PUT /v1/agent/check/deregister/<id>`).
+    ///
+    /// @async_completion{void(boost::system::error_code)}
+    /// @async_cancellation
+    /// Terminal (see the class): the check may still have been deregistered.
+    /// @async_errors
+    /// The api_error's code (see the class).
+    /// @async_lifetimes
+    /// The client must outlive the operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto check_deregister(std::string id, CompletionToken&& token = {}) {
+        return tenure::detail::async_run(get_executor(), co_.check_deregister(std::move(id)),
+                                         std::forward<CompletionToken>(token));
+    }
 
     struct impl;
 
 private:
     friend struct tenure::detail::client_access;
-    std::shared_ptr<impl> impl_;
+
+    // The operations as coroutines that throw api_error: what the operations
+    // above run, and what the library's own code awaits directly (through
+    // tenure::detail::client_access, without a co_spawn per request).
+    struct coroutines {
+        std::shared_ptr<impl> state;
+
+        boost::asio::awaitable<std::string> session_create(session_request req) const;
+        boost::asio::awaitable<std::optional<session_info>> session_renew(std::string id) const;
+        boost::asio::awaitable<void> session_destroy(std::string id) const;
+        boost::asio::awaitable<read_result<std::optional<session_info>>> session_info_get(std::string id,
+                                                                                          read_options opts = {}) const;
+        boost::asio::awaitable<read_result<std::vector<session_info>>> session_list(read_options opts = {}) const;
+
+        boost::asio::awaitable<read_result<std::optional<kv_pair>>> kv_get(std::string key,
+                                                                           read_options opts = {}) const;
+        boost::asio::awaitable<read_result<std::vector<kv_pair>>> kv_list(std::string prefix,
+                                                                          read_options opts = {}) const;
+        boost::asio::awaitable<read_result<std::vector<std::string>>> kv_keys(std::string prefix,
+                                                                             std::string separator = {},
+                                                                             read_options opts = {}) const;
+        boost::asio::awaitable<bool> kv_put(std::string key, std::optional<std::string> value,
+                                            put_options opts = {}) const;
+        boost::asio::awaitable<bool> kv_acquire(std::string key, std::string session, std::optional<std::string> value,
+                                                std::uint64_t flags = 0) const;
+        boost::asio::awaitable<bool> kv_release(std::string key, std::string session, std::optional<std::string> value,
+                                                std::uint64_t flags = 0) const;
+        boost::asio::awaitable<bool> kv_delete(std::string key, std::optional<std::uint64_t> cas = {}) const;
+        boost::asio::awaitable<void> kv_delete_tree(std::string prefix) const;
+        boost::asio::awaitable<txn_result> txn(std::vector<txn_op> ops) const;
+
+        boost::asio::awaitable<agent_info> agent_self() const;
+        boost::asio::awaitable<void> check_register(check_registration reg) const;
+        boost::asio::awaitable<void> check_pass(std::string id, std::string note = {}) const;
+        boost::asio::awaitable<void> check_warn(std::string id, std::string note = {}) const;
+        boost::asio::awaitable<void> check_fail(std::string id, std::string note = {}) const;
+        boost::asio::awaitable<void> check_deregister(std::string id) const;
+    };
+    coroutines co_;
 };
 
 /// Consul's documented index rules for blocking loops: an index that goes
