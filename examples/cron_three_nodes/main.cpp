@@ -67,8 +67,11 @@ asio::awaitable<void> node_main(tenure::consul::client& consul, std::string name
     options.session.lock_delay = 3s;  // time for a partitioned old leader to notice and stop
     options.key = "service/nightly-report/leader";
     options.value = name;
-    options.on_elected = [name](tenure::leadership_scope const& s) { emit(name, "elected", std::to_string(s.token())); };
-    options.on_lost = [name](boost::system::error_code why) { emit(name, "lost", why.message()); };
+    // Every election and loss of the campaign is an event of its sessions.
+    options.session.on_event = [name](tenure::leadership_event const& e) {
+        if (e.kind == tenure::leadership_event_kind::acquired) emit(name, "elected", std::to_string(e.token));
+        else if (e.kind == tenure::leadership_event_kind::lost && !e.key.empty()) emit(name, "lost", e.reason.message());
+    };
     // (Named, not a temporary: g++ 12 destroys temporaries of a co_await
     // expression twice.)
     std::function<asio::awaitable<void>(tenure::leadership_scope&)> body =

@@ -146,10 +146,13 @@ int main() {
 
     std::cout << "5. A's own session notices too: its local deadline has long passed\n";
     bool a_noticed = false;
-    sa.on_state_change([&](tenure::session_state s) {
-        if (s == tenure::session_state::lost) a_noticed = true;
-    });
-    if (sa.state() == tenure::session_state::lost) a_noticed = true;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            co_await sa.wait_lost(asio::as_tuple(asio::use_awaitable));
+            a_noticed = true;
+        },
+        asio::detached);
     run_until(a_noticed);
     std::cout << "    node A: " << (lead_a.lost() ? "leadership lost: " + lead_a.loss_reason().message()
                                                    : std::string("still believes it leads"))

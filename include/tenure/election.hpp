@@ -180,7 +180,7 @@ public:
     /// reported.
     /// @async_errors
     /// Transport and HTTP errors; on etcd the watch's errors (the watch is reopened
-    /// by the following call).
+    /// by the following call); `error::no_session` for a moved-from observer.
     /// @async_lifetimes
     /// The observer and its client must outlive the operation. One next() at a time
     /// per observer.
@@ -203,9 +203,9 @@ struct campaign_options {
     std::string value;
     /// Pause after a loss or an error before campaigning again.
     std::chrono::nanoseconds retry_backoff = std::chrono::milliseconds{100};
-    /// Called with each new scope before the body runs, and on each loss (for logs).
-    std::function<void(leadership_scope const&)> on_elected;
-    std::function<void(boost::system::error_code)> on_lost;
+    // Elections and losses are events of the campaign's sessions: set
+    // session.on_event (`acquired` with the key and token; `lost`, `released`).
+    // The body gets each new scope as it is elected.
 };
 
 /// The campaign loop: create a session, acquire, run `body` under the scope,
@@ -225,8 +225,8 @@ boost::asio::awaitable<void> campaign_op(etcd::client& client, campaign_options 
 
 /// The campaign loop: create a session, acquire `options.key`, run `body` under
 /// the scope, release, and campaign again after a loss (with a new session if
-/// the old one was lost) until cancelled. `on_elected` and `on_lost` are called
-/// along the way.
+/// the old one was lost) until cancelled. Each election and loss is an event
+/// on `options.session.on_event`.
 ///
 /// @async_completion{void(boost::system::error_code)}
 /// @async_cancellation

@@ -1,5 +1,8 @@
 // tenure::leadership_event — what a session and its held keys go through,
-// reported to session_options::on_event (for logs, metrics, alerts).
+// reported to session_options::on_event (for logs, metrics, alerts). This is
+// tenure's one notification stream; to await a loss in a coroutine, use
+// session::wait_lost() or leadership_scope::wait_lost() instead (and
+// leadership_scope::run() to cancel work on loss).
 //
 //     tenure::session_options o;
 //     o.on_event = [](tenure::leadership_event const& e) {
@@ -9,8 +12,9 @@
 //
 // Events, in the order they can happen:
 //   acquired  a key (or semaphore permit) is now held: key, token (the fencing token)
-//   renewed   a renewal was acknowledged: round_trip, margin = the new local
-//             deadline minus now (how long leadership would last without another)
+//   renewed   a renewal was acknowledged, the session is healthy (again, after a
+//             jeopardy): round_trip, margin = the new local deadline minus now
+//             (how long leadership would last without another)
 //   jeopardy  a renewal failed and the deadline has not passed: reason, margin left
 //   released  a held key was given up by this process (release(), scope destroyed, close())
 //   lost      a held key was lost (key set, token) or the session itself (key empty): reason

@@ -7,6 +7,8 @@
 /// (the local deadline). States healthy -> jeopardy (renewals failing, deadline
 /// not reached) -> lost. A 404 on renew means the server invalidated the
 /// session. Every leadership_scope taken with the session is lost with it.
+/// Each change is an event on session_options::on_event: `jeopardy` (a
+/// renewal failed), `renewed` (healthy, again after a jeopardy), `lost`.
 #pragma once
 
 #include <tenure/config.hpp>
@@ -57,8 +59,10 @@ struct session_options {
     /// 15 s Consul default above does not silently slow etcd users down.
     /// true: a candidate of this session applies lock_delay on etcd.
     bool lock_delay_on_etcd = false;
-    /// Leadership events of this session and the keys it holds (acquired,
-    /// renewed, jeopardy, released, lost): see events.hpp.
+    /// The one stream of notifications: every event of this session and the
+    /// keys it holds (acquired, renewed, jeopardy, released, lost), on the
+    /// session's executor; see events.hpp. To await a loss instead, use
+    /// session::wait_lost() or leadership_scope::wait_lost().
     leadership_event_handler on_event;
 };
 
@@ -67,6 +71,9 @@ struct session_impl;
 struct session_access;
 }
 
+/// Threads: a session runs on its client's executor, as does everything made
+/// from it; with an io_context run by several threads, put the client on a
+/// strand and use the session only from it (docs/reference/index.md, "Threads").
 class session {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -154,8 +161,6 @@ public:
     boost::system::error_code lost_reason() const;
     /// Send time of the last acknowledged renewal + TTL.
     clock::time_point local_deadline() const;
-    /// Called on every state change (healthy <-> jeopardy, lost), on the executor.
-    void on_state_change(std::function<void(session_state)> callback);
 
     /// Completes when the session is lost, with the reason as the error.
     ///

@@ -86,7 +86,6 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     event lost_event;
     bool closing = false;
     boost::system::error_code lost_reason;
-    std::vector<std::function<void(session_state)>> callbacks;
     std::vector<std::weak_ptr<scope_state>> scopes;
     std::size_t scopes_pruned_at = 0;  // live scopes after the last pruning (see adopt())
     // Scopes whose monitor starts late (election_options::monitor_delay),
@@ -131,7 +130,6 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
 
     void start();
     asio::awaitable<void> renew_loop();
-    void notify(session_state s);
     void mark_lost(boost::system::error_code why);
     asio::awaitable<void> close();
     // Registers a freshly acquired scope and starts its monitor (now, or

@@ -44,9 +44,7 @@ asio::awaitable<void> campaign_loop(session_factory create_session, campaign_opt
                 co_await detail::sleep_until(detail::clock::now() + options.retry_backoff);
                 continue;
             }
-            if (options.on_elected) options.on_elected(scope);
-            bool finished = co_await scope.run(body(scope));
-            if (!finished && options.on_lost) options.on_lost(scope.loss_reason());
+            co_await scope.run(body(scope));
             co_await scope.release();
             scope = leadership_scope{};
             co_await detail::sleep_until(detail::clock::now() + options.retry_backoff);

@@ -60,11 +60,6 @@ asio::awaitable<void> session_impl::background_finished() {
     }
 }
 
-void session_impl::notify(session_state s) {
-    for (auto const& cb : callbacks)
-        if (cb) cb(s);
-}
-
 void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
     // Forget ended scopes now and then (amortised O(1)): a session that takes
     // and releases keys for weeks must not keep every past scope's memory
@@ -154,7 +149,6 @@ void session_impl::mark_lost(boost::system::error_code why) {
     auto held = std::move(scopes);
     for (auto& w : held)
         if (auto s = w.lock()) s->lose(why);
-    notify(session_state::lost);
     leadership_event e;
     e.kind = leadership_event_kind::lost;
     e.session_id = id;
@@ -180,7 +174,6 @@ asio::awaitable<void> session_impl::renew_loop() {
         }
         if (now < fsm.next_renew()) continue;
 
-        auto const before = fsm.state();
         auto const sent = now;
         auto const attempt_deadline =
             std::min(fsm.local_deadline(), sent + std::max<clock::duration>(fsm.ttl() / 4, fsm.retry_interval()));
@@ -220,7 +213,6 @@ asio::awaitable<void> session_impl::renew_loop() {
             mark_lost(make_error_code(fsm.lost_reason()));
             break;
         }
-        if (fsm.state() != before) notify(fsm.state());
     }
 }
 
@@ -257,7 +249,6 @@ asio::awaitable<void> session_impl::close() {
         fsm.lose(error::leadership_lost);
         lost_reason = make_error_code(error::leadership_lost);
         lost_event.set();
-        notify(session_state::lost);
     }
     // The renewal loop ends at its next wake-up (a renewal in flight is
     // bounded by its deadline), monitors with their release or loss, and
@@ -302,11 +293,6 @@ boost::system::error_code session::lost_reason() const {
 }
 session::clock::time_point session::local_deadline() const {
     return impl_ ? impl_->fsm.local_deadline() : clock::time_point{};
-}
-
-void session::on_state_change(std::function<void(session_state)> callback) {
-    if (!impl_) throw boost::system::system_error(make_error_code(error::no_session));
-    impl_->callbacks.push_back(std::move(callback));
 }
 
 asio::awaitable<void> session::wait_lost_impl() {

@@ -461,6 +461,16 @@ BOOST_AUTO_TEST_CASE(operations_of_empty_objects_complete_through_their_handlers
         auto [e12, st] = co_await sem.state(tok);
         BOOST_TEST((e12 == tenure::error::no_session), e12.message());
         co_await taken.close();
+
+        // A moved-from observer.
+        tenure::leader_observer observer(*client, "contract/empty");
+        tenure::leader_observer kept = std::move(observer);
+        auto [e13, seen] = co_await observer.next(tok);  // NOLINT(bugprone-use-after-move): the point
+        BOOST_TEST((e13 == tenure::error::no_session), e13.message());
+        BOOST_TEST(!seen.has_value());
+        auto [e14, now] = co_await kept.next(tok);  // the moved-to one works
+        BOOST_TEST(!e14, e14.message());
+        BOOST_TEST(!now.has_value());  // nobody holds the key
     });
 }
 

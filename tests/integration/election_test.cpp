@@ -442,11 +442,12 @@ BOOST_AUTO_TEST_CASE(a_pause_shorter_than_the_lease_loses_nothing) {
     proxy.start();
     auto client = make_client(proxy.address());
     run([&]() -> asio::awaitable<void> {
-        auto a = co_await tenure::session::create(*client, opts("a", 1s, 1s));
         bool went_to_jeopardy = false;
-        a.on_state_change([&](tenure::session_state s) {
-            if (s == tenure::session_state::jeopardy) went_to_jeopardy = true;
-        });
+        auto oa = opts("a", 1s, 1s);
+        oa.on_event = [&](tenure::leadership_event const& e) {
+            if (e.kind == tenure::leadership_event_kind::jeopardy) went_to_jeopardy = true;
+        };
+        auto a = co_await tenure::session::create(*client, oa);
         tenure::election ea(a, "itest/pause", "a");
         auto sa = co_await ea.acquire();
         work_log log;
@@ -555,9 +556,10 @@ BOOST_AUTO_TEST_CASE(campaign_runs_the_body_and_hands_over_cleanly_when_cancelle
             o.session = opts(name, 1s, 3s);
             o.key = "itest/campaign";
             o.value = name;
-            o.on_elected = [&](tenure::leadership_scope const& s) {
+            o.session.on_event = [&](tenure::leadership_event const& e) {
+                if (e.kind != tenure::leadership_event_kind::acquired) return;
                 ++elected;
-                tokens.push_back(s.token());
+                tokens.push_back(e.token);
             };
             return o;
         };

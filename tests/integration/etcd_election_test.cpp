@@ -520,7 +520,9 @@ asio::awaitable<void> campaign_and_observer(env& e) {
         o.session = opts(5s);
         o.key = "elc";
         o.value = who;
-        o.on_elected = [&tokens](tenure::leadership_scope const& s) { tokens.push_back(s.token()); };
+        o.session.on_event = [&tokens](tenure::leadership_event const& e) {
+            if (e.kind == tenure::leadership_event_kind::acquired) tokens.push_back(e.token);
+        };
         return o;
     };
     auto body = [&](tenure::leadership_scope&) -> asio::awaitable<void> {

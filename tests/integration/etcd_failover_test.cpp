@@ -418,7 +418,8 @@ asio::awaitable<void> kill_member(cluster_env& env, bool kill_raft_leader) {
         o.session = opts(4s);
         o.key = "elw";
         o.value = who;
-        o.on_elected = [&elected, &progress, who](tenure::leadership_scope const&) {
+        o.session.on_event = [&elected, &progress, who](tenure::leadership_event const& e) {
+            if (e.kind != tenure::leadership_event_kind::acquired) return;
             elected.push_back(who);
             progress.notify();
         };

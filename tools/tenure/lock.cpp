@@ -694,6 +694,12 @@ asio::awaitable<int> lock_command::run(consul::client* consul_client, etcd::clie
     so.lock_delay_on_etcd = cfg_.lock_delay_set;
     // A semaphore's contender key goes with its session, as in consul lock.
     if (cfg_.limit > 1) so.behavior = consul::session_behavior::delete_keys;
+    // Renewals, jeopardy and loss wake the deadline watchdog to look again.
+    so.on_event = [wake = std::weak_ptr<asio::steady_timer>(watchdog_wake_)](tenure::leadership_event const& e) {
+        using kind = tenure::leadership_event_kind;
+        if (e.kind != kind::renewed && e.kind != kind::jeopardy && e.kind != kind::lost) return;
+        if (auto t = wake.lock()) t->cancel();
+    };
     std::optional<session> s;
     {
         std::string failure;
@@ -1148,12 +1154,6 @@ asio::awaitable<lock_command::child_result> lock_command::supervise(session& s, 
     // A signal that arrived before the child existed, or before its pid was known.
     if (shutdown_.is_set()) begin_termination("shutdown", true, true);
     else if (pending_signal_) forward_signal(*std::exchange(pending_signal_, std::nullopt));
-
-    // Renewal state changes wake the deadline watchdog.
-    std::weak_ptr<asio::steady_timer> wake = watchdog_wake_;
-    s.on_state_change([wake](session_state) {
-        if (auto t = wake.lock()) t->cancel();
-    });
 
     auto main = wait_child_and_group(*supervisor);
     auto rest = helpers(s, scope);

@@ -26,23 +26,25 @@ void expect(bool condition, char const* what) {
 void publish(std::uint64_t token) { std::cout << "published with token " << token << "\n"; }
 
 //[watch_session
-void watch(tenure::session& session) {
-    session.on_state_change([&session](tenure::session_state state) {
-        switch (state) {
-        case tenure::session_state::healthy:
-            std::cout << "session healthy again\n";
+void watch(tenure::session_options& options) {
+    options.on_event = [](tenure::leadership_event const& e) {
+        using kind = tenure::leadership_event_kind;
+        auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+        switch (e.kind) {
+        case kind::jeopardy:
+            std::cout << "renewals failing (" << e.reason.message() << "); lease gone in " << ms(e.margin) << " ms\n";
             break;
-        case tenure::session_state::jeopardy: {
-            auto left = session.local_deadline() - std::chrono::steady_clock::now();
-            std::cout << "renewals failing; lease gone in "
-                      << std::chrono::duration_cast<std::chrono::milliseconds>(left).count() << " ms\n";
+        case kind::renewed:  // healthy, again after a jeopardy
+            break;
+        case kind::lost:
+            std::cout << (e.key.empty() ? "session" : e.key) << " lost: " << e.reason.message() << "\n";
+            break;
+        case kind::acquired:
+        case kind::released:
+            std::cout << to_string(e.kind) << " " << e.key << " token " << e.token << "\n";
             break;
         }
-        case tenure::session_state::lost:
-            std::cout << "session lost: " << session.lost_reason().message() << "\n";
-            break;
-        }
-    });
+    };
 }
 //]
 
@@ -100,8 +102,8 @@ asio::awaitable<void> scenario(tenure::consul::client& consul, tenure::consul::c
     tenure::session_options options;
     options.ttl = 1s;
     options.lock_delay = 100ms;
+    watch(options);
     tenure::session session = co_await tenure::session::create(consul, options);
-    watch(session);
     tenure::election election(session, "service/report/leader", "node-a");
 
     // Loss: someone deletes the key while we lead; the work is cancelled.
