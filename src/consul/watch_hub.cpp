@@ -106,6 +106,9 @@ void kv_watch_hub::ensure_running() {
     if (running_) return;
     running_ = true;
     stop_ = std::make_shared<asio::cancellation_signal>();
+    // Owner: the hub, i.e. the elections sharing it. The loop holds the hub
+    // weakly; the hub's destructor (when the last election lets go of it)
+    // cancels it through stop_, and its blocking read ends with that.
     asio::co_spawn(client_.get_executor(), run(weak_from_this(), stop_),
                    asio::bind_cancellation_slot(stop_->slot(), asio::detached));
 }
