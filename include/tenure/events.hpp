@@ -22,6 +22,8 @@
 // coroutines: keep it short and do not block. Exceptions it throws are ignored.
 #pragma once
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -53,7 +55,7 @@ struct leadership_event {
     std::chrono::nanoseconds round_trip{0};  // renewed
     std::chrono::nanoseconds margin{0};      // renewed, jeopardy: local deadline - now
     boost::system::error_code reason;        // jeopardy (the renewal error), lost
-    std::chrono::steady_clock::time_point at{};
+    tenure::detail::clock::time_point at{};
 };
 
 using leadership_event_handler = std::function<void(leadership_event const&)>;

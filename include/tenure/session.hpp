@@ -11,6 +11,7 @@
 /// renewal failed), `renewed` (healthy, again after a jeopardy), `lost`.
 #pragma once
 
+#include <tenure/detail/clock.hpp>
 #include <tenure/config.hpp>
 #include <tenure/consul/client.hpp>
 #include <tenure/events.hpp>
@@ -77,7 +78,7 @@ struct session_access;
 class session {
 public:
     using executor_type = boost::asio::any_io_executor;
-    using clock = std::chrono::steady_clock;
+    using clock = tenure::detail::clock;
 
     /// An empty session; assign one from create().
     session() = default;

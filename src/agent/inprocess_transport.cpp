@@ -11,10 +11,11 @@
 #include "agent/agent_access.hpp"
 #include "agent/http_api.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -40,7 +41,7 @@ public:
     ~inprocess_transport() override { close(); }
 
     asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
-                                        steady_clock::time_point deadline) override;
+                                        clock::time_point deadline) override;
 
     void close() override {
         for (parked* p : parked_) {
@@ -52,7 +53,7 @@ public:
 private:
     struct parked {
         explicit parked(asio::any_io_executor const& ex) : timer(ex) {}
-        asio::steady_timer timer;
+        tenure::detail::timer timer;
         bool woken = false;
         bool aborted = false;
     };
@@ -105,7 +106,7 @@ private:
 };
 
 asio::awaitable<http_response> inprocess_transport::send(http::verb method, std::string target, std::string body,
-                                                         steady_clock::time_point deadline) {
+                                                         clock::time_point deadline) {
     auto const keep = shared_from_this();
     std::string const what = std::string(http::to_string(method)) + " " + target + " (in-process)";
 
@@ -142,7 +143,7 @@ asio::awaitable<http_response> inprocess_transport::send(http::verb method, std:
         }
         auto const cs = co_await asio::this_coro::cancellation_state;
         if (p.aborted || cs.cancelled() != asio::cancellation_type::none) throw_aborted(what);
-        if (!p.woken && request_deadline_first && steady_clock::now() >= deadline)
+        if (!p.woken && request_deadline_first && clock::now() >= deadline)
             throw api_error(asio::error::timed_out, 0, what);
         // Woken or the query's deadline: evaluate again (the deadline answers with the current data).
     }

@@ -5,6 +5,7 @@
 // One write (and one flush) per line, so lines from one thread never tear.
 #pragma once
 
+#include <tenure/detail/clock.hpp>
 #include <tenure/log_level.hpp>
 
 #include <chrono>
@@ -101,9 +102,10 @@ private:
     // UTC, millisecond precision: 2026-11-29T21:40:00.123Z
     static std::string timestamp() {
         using namespace std::chrono;
-        auto const now = system_clock::now();
+        using wall = tenure::detail::wall_clock;
+        auto const now = wall::now();
         auto const ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
-        std::time_t const t = system_clock::to_time_t(now);
+        std::time_t const t = wall::to_time_t(now);
         std::tm tm{};
         gmtime_r(&t, &tm);
         char buf[96];

@@ -2,6 +2,8 @@
 #include "agent/metrics.hpp"
 #include "agent/persist.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/json.hpp>
 
 #include <charconv>
@@ -265,7 +267,7 @@ std::string agent_metrics::consul_json(state_machine const& sm) const {
         samples.push_back(sample("tenure.wal.commit_duration_seconds", wal_latency_, {}));
     }
     // Consul's timestamp: "2026-11-29 21:40:00 +0000 UTC".
-    std::time_t t = std::time(nullptr);
+    std::time_t t = tenure::detail::wall_clock::to_time_t(tenure::detail::wall_clock::now());
     std::tm tm{};
     gmtime_r(&t, &tm);
     char ts[64];

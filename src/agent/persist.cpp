@@ -1,5 +1,6 @@
 // Write-ahead log, snapshots and recovery of the agent's state (see persist.hpp).
 #include "agent/persist.hpp"
+#include <tenure/detail/clock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
@@ -775,7 +776,7 @@ void durable_store::snapshot_now() {
 // ---- group commit ----------------------------------------------------------------
 
 group_commit::group_commit(boost::asio::any_io_executor ex, durable_store& store)
-    : ex_(ex), store_(store), done_(ex, boost::asio::steady_timer::time_point::max()) {}
+    : ex_(ex), store_(store), done_(ex, tenure::detail::timer::time_point::max()) {}
 
 bool group_commit::flush() {
     if (failed_) return false;

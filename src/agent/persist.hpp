@@ -31,9 +31,10 @@
 #include "agent/state.hpp"
 #include "agent/log.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -195,7 +196,7 @@ public:
 private:
     boost::asio::any_io_executor ex_;
     durable_store& store_;
-    boost::asio::steady_timer done_;  // never expires: cancelled after each commit
+    tenure::detail::timer done_;  // never expires: cancelled after each commit
     std::uint64_t committed_gen_ = 0;
     bool posted_ = false;
     bool failed_ = false;

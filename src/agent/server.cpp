@@ -20,6 +20,8 @@
 
 #include "agent/tls.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -27,7 +29,6 @@
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
@@ -379,8 +380,8 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     acceptor_type acceptor;
     endpoint local;
     std::string unix_socket;  // the socket file this agent created (removed by stop())
-    asio::steady_timer tick;          // the state machine's next deadline
-    asio::steady_timer accept_retry;  // back-off after accept failures
+    tenure::detail::timer tick;          // the state machine's next deadline
+    tenure::detail::timer accept_retry;  // back-off after accept failures
     std::list<connection*> conns;
     bool started = false;
     bool stopping = false;
@@ -412,7 +413,7 @@ struct agent::impl::connection {
 
     std::shared_ptr<impl> owner;  // declared first: destroyed last
     ag::agent_stream stream;  // TCP or a Unix socket; TLS on the HTTPS listener
-    asio::steady_timer park;  // deadline of a parked blocking query
+    tenure::detail::timer park;  // deadline of a parked blocking query
     endpoint peer;
     bool can_peek = false;  // socket is non-blocking: peek_peer() is safe
     ag::token_bucket bucket;  // -http-rate-per-conn
@@ -654,7 +655,7 @@ void agent::impl::log_request(connection const& c, std::string_view method, std:
 }
 
 std::string const& agent::impl::date() {
-    std::time_t const now = std::time(nullptr);
+    std::time_t const now = tenure::detail::wall_clock::to_time_t(tenure::detail::wall_clock::now());
     if (now != date_time) {
         date_time = now;
         date_text = http_date(now);

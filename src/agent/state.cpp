@@ -1,4 +1,5 @@
 #include "agent/state.hpp"
+#include <tenure/detail/random.hpp>
 #include "net/duration.hpp"
 
 #include <boost/uuid/random_generator.hpp>
@@ -178,10 +179,7 @@ void state_machine::notify_table(watch_target::kind k) {
 state_machine::state_machine(agent_config config, time_point now)
     : config_(std::move(config)), hub_(std::make_shared<watch_hub>()) {
     std::uint64_t seed = config_.seed;
-    if (seed == 0) {
-        std::random_device rd;
-        seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-    }
+    if (seed == 0) seed = tenure::detail::random_seed();
     rng_.seed(seed);
 
     // The agent registers its own node with a passing serfHealth check, so

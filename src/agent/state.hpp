@@ -13,6 +13,7 @@
 // takes a key.
 #pragma once
 
+#include <tenure/detail/clock.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,7 +30,7 @@
 
 namespace tenure::detail::agent {
 
-using clock = std::chrono::steady_clock;
+using clock = tenure::detail::clock;
 using time_point = clock::time_point;
 using std::chrono::nanoseconds;
 
@@ -179,7 +180,7 @@ struct agent_config {
     std::string address = "127.0.0.1";
     nanoseconds session_ttl_min = std::chrono::seconds{10};
     std::size_t kv_max_value_size = 512 * 1024;
-    std::uint64_t seed = 0;  // 0: seeded from std::random_device
+    std::uint64_t seed = 0;  // 0: a fresh seed (tenure/detail/random.hpp)
 };
 
 class state_machine {

@@ -31,7 +31,7 @@ namespace json = boost::json;
 namespace urls = boost::urls;
 namespace http = boost::beast::http;
 using detail::http_response;
-using detail::steady_clock;
+using detail::clock;
 using namespace std::chrono_literals;
 
 // ---- api_error ------------------------------------------------------------------
@@ -205,10 +205,10 @@ struct client::impl {
     // Shared blocking queries per KV prefix (src/consul/watch_hub.cpp).
     std::unordered_map<std::string, std::weak_ptr<void>> watch_hubs;
 
-    steady_clock::time_point request_deadline() const { return steady_clock::now() + config.request_timeout; }
+    clock::time_point request_deadline() const { return clock::now() + config.request_timeout; }
 
     // Adds index/wait/consistency to `q` and returns the read's deadline.
-    steady_clock::time_point read_params(query_string& q, read_options const& o) const {
+    clock::time_point read_params(query_string& q, read_options const& o) const {
         auto const mode = o.mode.value_or(config.read_consistency);
         if (mode == consistency::consistent) q.flag("consistent");
         if (mode == consistency::stale) q.flag("stale");
@@ -217,7 +217,7 @@ struct client::impl {
         if (o.wait.count() > 0) q.param("wait", wait_ms(o.wait));
         std::chrono::nanoseconds wait = o.wait.count() > 0 ? o.wait : server_default_wait;
         wait = std::min(wait, server_max_wait);
-        return steady_clock::now() + std::chrono::ceil<steady_clock::duration>(wait + wait / 16) + config.blocking_margin;
+        return clock::now() + std::chrono::ceil<clock::duration>(wait + wait / 16) + config.blocking_margin;
     }
 
     std::string target(std::string path, query_string& q) const {
@@ -230,7 +230,7 @@ struct client::impl {
     }
 
     asio::awaitable<http_response> send(http::verb method, std::string const& target, std::string body,
-                                        steady_clock::time_point deadline) const {
+                                        clock::time_point deadline) const {
         return transport->send(method, target, std::move(body), deadline);
     }
 };

@@ -43,7 +43,7 @@ public:
         : opts_(std::move(opts)), pool_(std::move(ex), pool_options(opts_), throw_failure) {}
 
     asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
-                                        steady_clock::time_point deadline) override {
+                                        clock::time_point deadline) override {
         auto const keep = shared_from_this();
         std::string const what = describe(method, target);
         std::string const wire = render_request(method, target, body);

@@ -2,6 +2,7 @@
 // PUT /v1/session/renew, KV ?acquire= / ?release= with the Go api's lock flag
 // value, consistent blocking queries for followers and the leader's monitor.
 #include "consul/lock.hpp"
+#include <tenure/detail/random.hpp>
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -23,17 +24,13 @@ namespace {
 
 // A unique check ID per session: two sessions of one process must not share a check.
 std::string unique_check_id(std::string const& name) {
-    static std::mt19937_64 rng{std::random_device{}()};
     char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(random_seed()));
     return "tenure-health:" + name + ":" + buf;
 }
 
 // A different retry spread for every candidate (see acquire_backoff).
-std::uint64_t next_spread_seed() {
-    static std::atomic<std::uint64_t> next{std::random_device{}()};
-    return next.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed);
-}
+std::uint64_t next_spread_seed() { return random_seed(); }
 
 // This process's candidates that saw a key freed, per key, until their
 // attempt ends. They all try the key (at once, and again when a lock-delay

@@ -8,6 +8,7 @@
 // cancellation of the awaiting coroutine and close().
 #pragma once
 
+#include <tenure/detail/clock.hpp>
 #include <tenure/consul/client.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -24,7 +25,7 @@
 namespace tenure::consul::detail {
 
 namespace http = boost::beast::http;
-using steady_clock = std::chrono::steady_clock;
+using clock = tenure::detail::clock;
 
 struct http_response {
     unsigned status = 0;
@@ -43,7 +44,7 @@ public:
     // boost::asio::error::operation_aborted when the awaiting coroutine is
     // cancelled or close() is called. Never throws for an HTTP status.
     virtual boost::asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
-                                                       steady_clock::time_point deadline) = 0;
+                                                       clock::time_point deadline) = 0;
 
     // Closes idle connections and aborts every request in flight. The
     // transport stays usable.

@@ -1,5 +1,6 @@
 // The shared blocking query of a KV prefix (see watch_hub.hpp).
 #include "consul/watch_hub.hpp"
+#include <tenure/detail/clock.hpp>
 
 #include "consul/client_access.hpp"
 
@@ -89,7 +90,7 @@ asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, 
         }
     } guard{this, it};
 
-    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::steady_clock::time_point::max());
+    tenure::detail::timer timer(co_await asio::this_coro::executor, tenure::detail::clock::time_point::max());
     it->wake = &timer;
     ensure_running();
     while (!it->answer) {
@@ -97,7 +98,7 @@ asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, 
         if (it->answer) break;
         if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
             throw boost::system::system_error(asio::error::operation_aborted);
-        timer.expires_at(std::chrono::steady_clock::time_point::max());
+        timer.expires_at(tenure::detail::clock::time_point::max());
     }
     co_return *it->answer;
 }
@@ -204,24 +205,24 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         if (!r) {
             hub->query_index_ = 0;
             hub.reset();
-            asio::steady_timer pause(co_await asio::this_coro::executor, retry);
+            tenure::detail::timer pause(co_await asio::this_coro::executor, retry);
             co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
             retry = std::min<std::chrono::milliseconds>(retry * 2, std::chrono::seconds{1});
             continue;
         }
         retry = std::chrono::milliseconds{20};
         hub->query_index_ = consul::next_wait_index(hub->query_index_, r->meta.index);
-        auto const applied_from = std::chrono::steady_clock::now();
+        auto const applied_from = tenure::detail::clock::now();
         hub->apply(std::move(r->value), r->meta.index);
         // A big prefix that changes all the time (10 000 elections taking
         // their keys) would otherwise be fetched and parsed back to back, on
         // the thread the elections share. Pausing for twice the work the last
         // snapshot took keeps the hub under about a third of the thread; for a
         // small prefix the pause is microseconds.
-        auto const cost = std::chrono::steady_clock::now() - applied_from;
+        auto const cost = tenure::detail::clock::now() - applied_from;
         if (cost > std::chrono::microseconds{200}) {
             hub.reset();
-            asio::steady_timer pause(co_await asio::this_coro::executor, std::min<std::chrono::steady_clock::duration>(2 * cost, std::chrono::milliseconds{100}));
+            tenure::detail::timer pause(co_await asio::this_coro::executor, std::min<tenure::detail::clock::duration>(2 * cost, std::chrono::milliseconds{100}));
             co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
         }
     }

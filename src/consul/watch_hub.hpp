@@ -15,10 +15,10 @@
 #pragma once
 
 #include <tenure/consul/client.hpp>
+#include <tenure/detail/clock.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -72,7 +72,7 @@ private:
         std::uint64_t min_index = 0;
         std::optional<known_state> known;
         std::optional<key_state> answer;
-        boost::asio::steady_timer* wake = nullptr;
+        tenure::detail::timer* wake = nullptr;
     };
     using waiter_list = std::list<waiter>;
 

@@ -13,12 +13,13 @@
 #include "core/event.hpp"
 #include "core/session_fsm.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <deque>
@@ -32,7 +33,6 @@
 namespace tenure::detail {
 
 namespace asio = boost::asio;
-using clock = std::chrono::steady_clock;
 
 struct scope_state;
 
@@ -54,7 +54,7 @@ struct claim {
 // Calls the handler if set; a throwing handler must not break the renewal loop.
 inline void emit_event(leadership_event_handler const& h, leadership_event e) noexcept {
     if (!h) return;
-    if (e.at == std::chrono::steady_clock::time_point{}) e.at = std::chrono::steady_clock::now();
+    if (e.at == tenure::detail::clock::time_point{}) e.at = tenure::detail::clock::now();
     try {
         h(e);
     } catch (...) {
@@ -82,7 +82,7 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     session_options options;
     std::string id;
     session_fsm fsm;
-    asio::steady_timer wake;  // the renewal loop's timer
+    tenure::detail::timer wake;  // the renewal loop's timer
     event lost_event;
     bool closing = false;
     boost::system::error_code lost_reason;
@@ -97,7 +97,7 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
         clock::time_point start_from;  // acquired + 3/4 of it (see defer_monitor)
     };
     std::deque<deferred_monitor> deferred_monitors;
-    asio::steady_timer monitor_timer;
+    tenure::detail::timer monitor_timer;
     bool monitor_timer_armed = false;
     std::size_t deferred_pruned_at = 0;  // entries left after the last pruning
 
@@ -106,7 +106,7 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     // once all of it has finished, so the io_context has nothing of the
     // session's left afterwards.
     int background = 0;
-    asio::steady_timer background_idle;  // cancelled when `background` drops to 0
+    tenure::detail::timer background_idle;  // cancelled when `background` drops to 0
     void spawn_owned(std::function<asio::awaitable<void>()> work, asio::cancellation_slot slot = {});
     asio::awaitable<void> background_finished();
 

@@ -1,11 +1,12 @@
 // tenure::run_with_busy_poll: io_context::run that polls before it sleeps.
+#include <tenure/detail/clock.hpp>
 #include <tenure/busy_poll.hpp>
 
 namespace tenure {
 
 std::size_t run_with_busy_poll(boost::asio::io_context& ctx, std::chrono::nanoseconds spin) {
     if (spin <= std::chrono::nanoseconds::zero()) return ctx.run();
-    using clock = std::chrono::steady_clock;
+    using clock = tenure::detail::clock;
     std::size_t handlers = 0;
     auto last_work = clock::now();
     while (!ctx.stopped()) {

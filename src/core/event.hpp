@@ -4,12 +4,13 @@
 
 #include "core/race.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -23,7 +24,6 @@
 namespace tenure::detail {
 
 namespace asio = boost::asio;
-using clock = std::chrono::steady_clock;
 
 // A level-triggered event several coroutines can await. Each waiter parks on
 // a timer of its own, listed here: set() cancels them all, and a waiter that
@@ -49,7 +49,7 @@ public:
 private:
     struct state {
         bool set = false;
-        std::list<asio::steady_timer*> waiters;
+        std::list<tenure::detail::timer*> waiters;
     };
     asio::any_io_executor ex_;
     std::shared_ptr<state> state_;  // shared with waiters, which may outlive the event
@@ -68,7 +68,7 @@ asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> r
     auto st = e.state_;
     auto ex = co_await asio::this_coro::executor;
     if (st->set) co_return result{};
-    asio::steady_timer parked(ex, clock::time_point::max());
+    tenure::detail::timer parked(ex, clock::time_point::max());
     auto it = st->waiters.insert(st->waiters.end(), &parked);
     struct unlink {
         decltype(st) const& owner;  // (decltype: the state type is private to event)
@@ -101,7 +101,7 @@ asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> r
 }
 
 inline asio::awaitable<void> wait_until(clock::time_point deadline) {
-    asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
+    tenure::detail::timer timer(co_await asio::this_coro::executor, deadline);
     co_await timer.async_wait(asio::use_awaitable);
 }
 

@@ -1,5 +1,6 @@
 // The backend-agnostic session: renewal loop, loss propagation, close.
 #include "core/backend.hpp"
+#include <tenure/detail/clock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/detached.hpp>
@@ -14,11 +15,11 @@ namespace detail {
 asio::awaitable<void> event::wait() {
     auto st = state_;
     if (st->set) co_return;
-    asio::steady_timer timer(ex_, clock::time_point::max());
+    tenure::detail::timer timer(ex_, clock::time_point::max());
     auto it = st->waiters.insert(st->waiters.end(), &timer);
     struct unlink {
         std::shared_ptr<state> const& st;
-        std::list<asio::steady_timer*>::iterator it;
+        std::list<tenure::detail::timer*>::iterator it;
         ~unlink() { st->waiters.erase(it); }
     } guard{st, it};
     while (!st->set) {
@@ -32,7 +33,7 @@ asio::awaitable<void> event::wait() {
 }
 
 asio::awaitable<void> sleep_until(clock::time_point t) {
-    asio::steady_timer timer(co_await asio::this_coro::executor, t);
+    tenure::detail::timer timer(co_await asio::this_coro::executor, t);
     co_await timer.async_wait(asio::use_awaitable);
 }
 

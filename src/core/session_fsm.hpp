@@ -8,6 +8,7 @@
 // anyone else can be handed the key.
 #pragma once
 
+#include <tenure/detail/clock.hpp>
 #include <tenure/error.hpp>
 #include <tenure/session.hpp>
 
@@ -23,7 +24,7 @@ using tenure::session_state;
 
 class session_fsm {
 public:
-    using clock = std::chrono::steady_clock;
+    using clock = tenure::detail::clock;
     using time_point = clock::time_point;
     using duration = std::chrono::nanoseconds;
 
@@ -121,7 +122,7 @@ private:
 // and estimate error without falling back to Consul's fixed 5 s poll.
 class acquire_backoff {
 public:
-    using clock = std::chrono::steady_clock;
+    using clock = tenure::detail::clock;
     using time_point = clock::time_point;
     using duration = std::chrono::nanoseconds;
 

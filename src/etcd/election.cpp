@@ -5,6 +5,7 @@
 // co_await that passes it (no braced temporaries, no std::string temporaries
 // inside a co_await expression).
 #include "etcd/election.hpp"
+#include <tenure/detail/clock.hpp>
 
 #include "core/campaign.hpp"
 
@@ -188,7 +189,7 @@ asio::awaitable<void> etcd_session::destroy_remote() {
     // it that moment before the lease goes (etcd cannot say afterwards).
     auto const grace = std::min<clock::duration>(options.ttl / 3, 500ms);
     if (handed_over_at != clock::time_point{} && clock::now() < handed_over_at + grace) {
-        asio::steady_timer t(executor, handed_over_at + grace);
+        tenure::detail::timer t(executor, handed_over_at + grace);
         auto [ec] = co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
         (void)ec;
     }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "core/backend.hpp"
+#include <tenure/detail/clock.hpp>
 #include "etcd/client_access.hpp"
 
 #include <tenure/etcd/client.hpp>
@@ -66,7 +67,7 @@ struct etcd_session final : session_impl {
     // Resigns still in flight (a scope released in the background): the
     // lease is revoked only after them, so a handover stays clean.
     int resigning = 0;
-    asio::steady_timer resign_done{client.get_executor(), clock::time_point::max()};
+    tenure::detail::timer resign_done{client.get_executor(), clock::time_point::max()};
     // When a resign last left the election to a waiting candidate: close()
     // revokes the lease only a moment after it (see destroy_remote).
     clock::time_point handed_over_at{};

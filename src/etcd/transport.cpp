@@ -131,7 +131,7 @@ std::size_t transport::idle_connections() const noexcept {
     return n;
 }
 
-asio::awaitable<std::unique_ptr<connection>> transport::connect(std::size_t i, steady_clock::time_point deadline,
+asio::awaitable<std::unique_ptr<connection>> transport::connect(std::size_t i, clock::time_point deadline,
                                                                 std::string const& what) {
     auto const keep = shared_from_this();
     co_return co_await pools_.at(i)->connect(deadline, what);
@@ -146,7 +146,7 @@ asio::awaitable<http_answer> transport::post(std::string target, std::string bod
     for (std::size_t k = 0; k < n; ++k) {
         std::size_t const i = (first + k) % n;
         std::string const what = "POST " + target + " on " + endpoints_[i].host_header;
-        auto const deadline = steady_clock::now() + per_attempt;
+        auto const deadline = clock::now() + per_attempt;
         try {
             std::string const wire = render_post(endpoints_[i].host_header, target, body);
             auto res = co_await pools_[i]->exchange(wire, deadline, what);

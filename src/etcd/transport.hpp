@@ -6,6 +6,7 @@
 // of their own with connect() and manage it themselves (watch.cpp).
 #pragma once
 
+#include <tenure/detail/clock.hpp>
 #include <tenure/etcd/client.hpp>
 
 #include "net/http_pool.hpp"
@@ -23,7 +24,7 @@ namespace tenure::etcd::detail {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-using steady_clock = std::chrono::steady_clock;
+using clock = tenure::detail::clock;
 
 inline constexpr std::string_view user_agent = "tenure/0.1";
 
@@ -71,7 +72,7 @@ public:
 
     // A fresh connection to endpoint `i` with its deadline set (the caller
     // owns it; close() does not touch it). Throws api_error.
-    asio::awaitable<std::unique_ptr<connection>> connect(std::size_t i, steady_clock::time_point deadline,
+    asio::awaitable<std::unique_ptr<connection>> connect(std::size_t i, clock::time_point deadline,
                                                          std::string const& what);
 
     std::size_t size() const noexcept { return endpoints_.size(); }

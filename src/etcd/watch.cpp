@@ -229,7 +229,7 @@ asio::awaitable<watch_stream> client::coroutines::watch(std::string key, std::st
         std::size_t const i = (first + k) % n;
         auto const& ep = transport->at(i);
         std::string const what = "watch on " + ep.host_header;
-        auto const deadline = detail::steady_clock::now() + self->config.request_timeout;
+        auto const deadline = detail::clock::now() + self->config.request_timeout;
         std::shared_ptr<watch_stream::impl> w;
         try {
             auto conn = co_await transport->connect(i, deadline, what);

@@ -1,5 +1,6 @@
 // The keep-alive pool of http_pool.hpp.
 #include "net/http_pool.hpp"
+#include <tenure/detail/clock.hpp>
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -171,7 +172,7 @@ asio::awaitable<std::unique_ptr<http_connection>> http_pool::obtain(clock::time_
     for (;;) {
         if (auto c = take_idle()) co_return c;
         if (!at_limit()) co_return nullptr;
-        auto timer = std::make_shared<asio::steady_timer>(ex_, deadline);
+        auto timer = std::make_shared<tenure::detail::timer>(ex_, deadline);
         waiters_.push_back(timer);
         auto [ec] = co_await timer->async_wait(tuple_awaitable);
         if (!ec) fail(asio::error::timed_out, what + ": no free connection (max_connections)");
@@ -190,7 +191,7 @@ asio::awaitable<std::vector<http_pool::endpoint>> http_pool::resolve(clock::time
     // getaddrinfo has no deadline of its own: a timer cancels the resolver.
     auto resolver = std::make_shared<tcp::resolver>(ex_);
     auto timed_out = std::make_shared<bool>(false);
-    asio::steady_timer timer(ex_, deadline);
+    tenure::detail::timer timer(ex_, deadline);
     timer.async_wait([w = std::weak_ptr<tcp::resolver>(resolver), timed_out](beast::error_code ec) {
         if (ec) return;
         *timed_out = true;

@@ -18,10 +18,11 @@
 
 #include "net/net_stream.hpp"
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -93,7 +94,7 @@ struct http_connection {
 
 class http_pool {
 public:
-    using clock = std::chrono::steady_clock;
+    using clock = tenure::detail::clock;
     using response = boost::beast::http::response<boost::beast::http::string_body>;
 
     http_pool(boost::asio::any_io_executor ex, http_pool_options opts, fail_handler on_fail);
@@ -148,7 +149,7 @@ private:
     std::vector<std::unique_ptr<http_connection>> idle_;  // most recently used last
     std::unordered_set<http_connection*> active_;
     std::shared_ptr<connection_count> count_;
-    std::deque<std::weak_ptr<boost::asio::steady_timer>> waiters_;  // requests waiting for a connection
+    std::deque<std::weak_ptr<tenure::detail::timer>> waiters_;  // requests waiting for a connection
     std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
 };
 

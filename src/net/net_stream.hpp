@@ -6,6 +6,8 @@
 // whole as any stream, and expires_after / expires_at apply in every case.
 #pragma once
 
+#include <tenure/detail/clock.hpp>
+
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -46,10 +48,9 @@ public:
     void expires_after(Duration d) {
         lowest().expires_after(d);
     }
-    template <class TimePoint>
-    void expires_at(TimePoint t) {
-        lowest().expires_at(t);
-    }
+    // A deadline of detail::clock, Beast's timers being steady_clock's (the
+    // same clock, except in the simulation build, which has no sockets).
+    void expires_at(clock::time_point t) { lowest().expires_after(t - clock::now()); }
     void expires_never() { lowest().expires_never(); }
     void close() { lowest().close(); }
 
