@@ -237,7 +237,9 @@ boost::asio::awaitable<void> campaign_op(etcd::client& client, campaign_options 
 /// `operation_aborted` after a cancellation; `error::lock_conflict` (the key is
 /// used with other flags); an error thrown by `body` (as a
 /// `boost::system::system_error`). Losses, transport errors and session
-/// failures are not errors: the loop campaigns again after `retry_backoff`.
+/// failures are not errors: the loop campaigns again after `retry_backoff`
+/// (after a release that failed, with a new session: the old one is closed,
+/// which frees the key).
 /// @async_lifetimes
 /// The client must outlive the operation. `options` and `body` are taken by
 /// value; what `body` refers to must outlive the operation.
@@ -262,7 +264,9 @@ auto campaign(consul::client& client, campaign_options options,
 /// `operation_aborted` after a cancellation; `error::lock_conflict` (the key is
 /// used with other flags); an error thrown by `body` (as a
 /// `boost::system::system_error`). Losses, transport errors and session
-/// failures are not errors: the loop campaigns again after `retry_backoff`.
+/// failures are not errors: the loop campaigns again after `retry_backoff`
+/// (after a release that failed, with a new session: the old one is closed,
+/// which frees the key).
 /// @async_lifetimes
 /// The client must outlive the operation. `options` and `body` are taken by
 /// value; what `body` refers to must outlive the operation.

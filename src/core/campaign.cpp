@@ -45,8 +45,26 @@ asio::awaitable<void> campaign_loop(session_factory create_session, campaign_opt
                 continue;
             }
             co_await scope.run(body(scope));
-            co_await scope.release();
+            // A release that fails (a timeout, a partition) is not an error of
+            // the loop: the key may still be held by this session, so the
+            // session ends (the server frees the key with it, at worst when
+            // its TTL runs out) and the loop campaigns with a new one.
+            bool release_failed = false;
+            try {
+                co_await scope.release();
+            } catch (system_error const& ex) {
+                if (detail::is_abort(ex)) throw;
+                release_failed = true;
+            }
             scope = leadership_scope{};
+            if (release_failed) {
+                try {
+                    co_await s.close();
+                } catch (system_error const& ex) {
+                    if (detail::is_abort(ex)) throw;
+                }
+                s = session{};
+            }
             co_await detail::sleep_until(detail::clock::now() + options.retry_backoff);
         }
     } catch (system_error const& e) {

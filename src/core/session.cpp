@@ -252,9 +252,13 @@ asio::awaitable<void> session_impl::close() {
         lost_event.set();
     }
     // The renewal loop ends at its next wake-up (a renewal in flight is
-    // bounded by its deadline), monitors with their release or loss, and
-    // background releases with their request: wait for all of them.
+    // bounded by its deadline) and background releases with their request.
+    // A monitor left to see its release through (monitor_outlives_release)
+    // normally ends with it; if that answer was lost it would wait out its
+    // blocking query's deadline, so the closed session stops them all now.
     wake.cancel();
+    for (auto& w : scopes)
+        if (auto s = w.lock()) s->monitor_cancel.emit(asio::cancellation_type::terminal);
     co_await background_finished();
     if (first_error) throw boost::system::system_error(first_error);
 }
