@@ -39,7 +39,10 @@ fi
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=${detect_leaks}:abort_on_error=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 status=0
-ctest --test-dir "$build_dir" --output-on-failure -j2 -L 'unit|integration|sim' "$@" || status=$?
+# The simulation's 10 000 schedules run in the plain build; here one shard of
+# 2 500 (with the planted-bug, long-pause and replay tests) keeps the stage short.
+ctest --test-dir "$build_dir" --output-on-failure -j2 -L 'unit|integration|sim' -E 'sim[.]schedules_[123]' "$@" ||
+  status=$?
 finished=$(date +%s)
 echo "sanitize: build $((built - started)) s, tests $((finished - built)) s"
 exit "$status"

@@ -6,6 +6,7 @@
 //   --expect-violation   succeed only if some schedule breaks an invariant (for the planted bug)
 //   --max-drift X        largest clock-rate error of a client (default 0.02)
 //   --long-pauses        pauses beyond the safety margin: only the fence protects the resource
+//   --soak SECONDS       schedules from the base seed on until SECONDS of wall time have passed
 //
 // Exit code: 0 when every schedule passed (or, with --expect-violation, when
 // one failed), 1 otherwise. A failure prints its seed and the command that
@@ -24,7 +25,7 @@ namespace {
 void usage() {
     std::fprintf(stderr,
                  "usage: tenure_sim [--schedules N] [--base-seed S] [--seed N] [--verbose] [--planted-bug]\n"
-                 "                  [--expect-violation] [--max-drift X] [--long-pauses]\n");
+                 "                  [--expect-violation] [--max-drift X] [--long-pauses] [--soak SECONDS]\n");
 }
 
 }  // namespace
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     std::uint64_t base_seed = 1;
     bool single = false;
     bool expect_violation = false;
+    double soak_seconds = 0;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto value = [&]() -> char const* {
@@ -55,6 +57,10 @@ int main(int argc, char** argv) {
         else if (a == "--expect-violation") expect_violation = true;
         else if (a == "--max-drift") opt.max_drift = std::strtod(value(), nullptr);
         else if (a == "--long-pauses") opt.long_pauses = true;
+        else if (a == "--soak") {
+            soak_seconds = std::strtod(value(), nullptr);
+            schedules = UINT64_MAX;
+        }
         else {
             usage();
             return 2;
@@ -69,6 +75,9 @@ int main(int argc, char** argv) {
     tenure::sim::sim_stats total;
     std::uint64_t passed = 0, failed = 0;
     for (std::uint64_t i = 0; i < schedules; ++i) {
+        if (soak_seconds > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >= soak_seconds)
+            break;
         std::uint64_t seed = base_seed + i;
         auto r = tenure::sim::run_schedule(seed, opt);
         total.events += r.stats.events;
@@ -94,7 +103,7 @@ int main(int argc, char** argv) {
         if (expect_violation || single) break;
     }
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::printf("tenure_sim: %" PRIu64 " schedules (%.0f virtual s) in %.2f s wall: %" PRIu64 " events, %" PRIu64
+    std::printf("tenure_sim: %" PRIu64 " schedules (%.0f virtual s) in %.2f s wall: %" PRIu64 " requests, %" PRIu64
                 " terms, %" PRIu64 " units of work (%" PRIu64 " past a local deadline after a pause, %" PRIu64
                 " overlapping), fence admitted %" PRIu64 " / refused %" PRIu64 " stale, %" PRIu64
                 " lock-delay refusals, %" PRIu64 " invalidations\n",

@@ -1,75 +1,49 @@
-// Deterministic simulation of tenure's Consul-style leader election (issue #7).
+// Deterministic simulation of tenure (issues #7, #18): the shipped library in
+// virtual time.
 //
-// One virtual clock, one seeded scheduler, no sockets, no threads. A schedule
-// is fully determined by its seed: `tenure_sim --seed N --verbose` replays it
-// event by event.
+// One io_context, one seeded schedule, no sockets in use, no threads. The
+// library is built again with TENURE_SIMULATED_TIME (tests/sim/CMakeLists.txt):
+// every clock read and timer of src/ goes through include/tenure/detail/clock.hpp,
+// which then gives the virtual clock of detail/simulated_time.hpp. That clock
+// jumps to the next timer whenever nothing is ready, so a minute of leases,
+// lock-delays and blocking queries runs in milliseconds. Randomness (check IDs,
+// retry spreads, the agent's session IDs and blocking-query jitter) comes from
+// detail/random.hpp, seeded by the schedule. A schedule is fully determined by
+// its seed: `tenure_sim --seed N --verbose` replays it byte for byte.
 //
-// What is the REAL library code and what is a model:
+// Nothing here is a model of the library. Each client is a consul::client
+// whose transport is the agent's own in-process connection, behind a fault
+// injector (world.hpp); it runs, as a user would:
+//   - an election used directly: session::create, election::acquire,
+//     leadership_scope::run(work), release, again (and a new session after a loss);
+//   - or tenure::campaign with the same work as its body;
+//   - or a tenure::semaphore of two permits;
+//   - and client 0 a leader_observer of job/0.
+// The agent is the real tenure::agent (state machine, HTTP API semantics,
+// blocking queries, TTL timers, lock-delay) on a process of its own.
 //
-//   REAL  detail::agent::state_machine (src/agent/state.cpp): sessions with
-//         TTL (invalidated at receive time + 2xTTL), lock-delay, KV
-//         acquire/release, LockIndex, watch() wake-ups for blocking queries,
-//         its seeded RNG for blocking-query jitter. Driven with virtual time.
-//   REAL  detail::session_fsm (src/core/session_fsm.hpp): each
-//         client's renewal schedule, jeopardy retries, local deadline (send
-//         time of the last acknowledged renewal + TTL), loss.
-//   REAL  detail::acquire_backoff: the candidate's retry after a lock-delay
-//         refusal.
-//   REAL  tenure::fence (src/fence.cpp): the fenced resource's gate.
-//   MODEL of the agent's HTTP blocking loop (src/agent/http_api.cpp,
-//         block_or_answer): answer at once for index 0, when the key's index
-//         passed the client's, or at wait + wait/16 jitter; the missing-key
-//         floor rule. Requests call the state machine directly (the HTTP
-//         codec is covered by the unit tests and the fuzzers).
-//   MODEL of the client, step for step, as callback chains instead of
-//         coroutines (the library reads std::chrono::steady_clock and asio
-//         timers directly, so it cannot run in virtual time unchanged):
-//           session_impl::renew_loop (src/core/session.cpp): wake at
-//             fsm.next_wakeup(), check_deadline, renewal attempts capped at
-//             min(local deadline, sent + max(TTL/4, retry interval)),
-//             404 -> invalidated, mark_lost -> every scope loses;
-//           consul_session::acquire (src/consul/lock.cpp): consistent read
-//             -> block on index while held by another (learn its LockDelay
-//             once) -> freed() -> a one-op `lock` transaction (its answer
-//             carries the LockIndex, the token) -> lost race: read again;
-//             lock-delay: backoff.refused(), then the lock guarded by the
-//             free key's index (check-index / check-not-exists) until it is
-//             not refused by the lock-delay, else read again; transient
-//             errors -> pause_and_grow; raced against the session's loss
-//             (election::acquire_impl). Every candidate is alone in its
-//             process, so its retry spread is 0 (acquire_backoff's default);
-//             quick_retake is off (the default);
-//           consul_lock_scope::monitor: blocking reads from the ModifyIndex,
-//             loss when the key is gone or held by another session;
-//           campaign_loop (src/core/campaign.cpp): create session -> acquire ->
-//             run(work) until lost or the work ends -> release (also after a
-//             local expiry, begin_release) -> retry_backoff -> again;
-//           the consul::client request deadlines (request timeout; blocking
-//             reads wait + wait/16 + margin).
-//         Scaled time constants (blocking wait, request timeout) keep
-//         schedules short; the ratios that matter for safety (TTL, 2xTTL,
-//         lock-delay, renew every TTL/2) are the library's.
-//   MODEL of the application: while its scope is held it does "work" every
-//         TTL/4 (its local clock); each unit of work is a write stamped with
-//         the scope's fencing token and sent to a fenced resource.
+// Faults, until the heal time: per request a delay each way, a request lost
+// on the way, an answer lost after the request was applied, a duplicate
+// (applied twice), a connection reset, 429 and 500/503 answers (world.hpp,
+// fault_rates); reordering across connections (independent delays); a client
+// partitioned from the agent; stop-the-world pauses of a client (nothing of
+// it runs, its timers and answers are handled late) and of the agent; per
+// process clock drift (+-max_drift) and clock offsets.
 //
-// Faults: per-message delay, drop (a black hole: the client waits for its
-// request deadline), duplicate, reorder (independent delays); a client
-// partitioned from the agent; a client paused (stop-the-world: it processes
-// nothing, its timers and messages are handled late, in their original
-// order); a client crashed and restarted (new session); bounded clock-rate
-// drift per client. Faults stop at the heal time; liveness is checked after.
-//
-// Invariants, checked after every event:
-//   1. at most one client believes it leads a key (holds a scope, its
-//      session is not lost, and its local clock is before its local deadline);
-//   2. the agent's holder of a key is a live session, and the key's LockIndex
-//      grows whenever a new holder takes it;
-//   3. the fenced resource never admits two terms with one token, and the
-//      tokens it admits never decrease;
-//   4. work of one term never follows work of a later term (a deposed,
-//      paused or crashed leader's work never overlaps its successor's);
-//   5. liveness: after the heal, every key has a leader within a bound.
+// Invariants (schedule.cpp, checker), checked as things happen:
+//   1. on one key, no two clients' work under run() overlaps in virtual time,
+//      from the body starting (the acquire resolved) to its end (cancelled on
+//      loss, or finished); a semaphore never has more than its limit;
+//   2. the fencing tokens of successive terms of a key strictly increase, and
+//      a leader_observer never sees one go back;
+//   3. the agent never shows a key held by a session it does not know;
+//   4. liveness: once the faults stop, every key with a candidate has a
+//      leader within 2 x TTL + lock-delay + 36 s (a follower whose blocking
+//      query's answer was lost just before the heal waits out its deadline,
+//      30 s + 30/16 s + 1 s);
+//   5. after a clean shutdown (every loop cancelled) no session and no held
+//      key is left on the agent, and nothing of the library is left in the
+//      io_context.
 #pragma once
 
 #include <chrono>
@@ -82,7 +56,7 @@ namespace tenure::sim {
 struct sim_options {
     bool verbose = false;
     // The planted bug: session_fsm::ignore_local_deadline_for_testing() on
-    // every client. Expected to break invariant 1 or 4.
+    // every client's sessions. Expected to break invariant 1.
     bool planted_bug = false;
     // Largest clock-rate error of a client (0.02: its clock runs 2% fast or slow).
     double max_drift = 0.02;
@@ -92,7 +66,7 @@ struct sim_options {
 };
 
 struct sim_stats {
-    std::uint64_t events = 0;
+    std::uint64_t events = 0;  // requests through the fault injector
     std::uint64_t terms = 0;            // elections won
     std::uint64_t work = 0;             // units of work issued
     std::uint64_t late_work = 0;        // work issued past the issuer's local deadline (a pause)
