@@ -36,6 +36,25 @@ struct consul_lock_scope final : scope_state {
     bool quick_retake = false;  // release with a transaction that reports the key's ModifyIndex
     bool watching = false;      // the monitor has started (see session_impl::defer_monitor)
 
+    // Transfer and priority (election_options, copied: the election may go
+    // before its scope).
+    int priority = 0;
+    bool handoff_on_release = true;
+    bool yield_to_higher = false;
+    clock::duration yield_settle{};
+    bool accept_transfer_requests = false;
+    // A transfer in flight (or done): the monitor reports the key taken by
+    // this session as transfer_reason, not released_by_other.
+    std::string transfer_target;
+    boost::system::error_code transfer_reason;
+    asio::cancellation_signal watch_cancel;  // the candidates watcher (yield, requests)
+
+    asio::awaitable<std::uint64_t> transfer(std::string target, boost::system::error_code reason) override;
+    void on_end() noexcept override { watch_cancel.emit(asio::cancellation_type::terminal); }
+    // yield_to_higher and accept_transfer_requests: one blocking query on
+    // `<key>` (recursive) while held.
+    asio::awaitable<void> watch_candidates();
+
     // The release wakes the monitor's own blocking query; a hub waiter, or a
     // monitor still in its delay, costs nothing to cancel.
     bool monitor_outlives_release() const noexcept override { return !hub && watching; }
@@ -97,6 +116,7 @@ struct consul_session final : session_impl {
     // protocol (semaphore.cpp).
     asio::awaitable<std::shared_ptr<scope_state>> acquire(claim c) override;
     asio::awaitable<claim_holders> read(claim_kind kind, std::string key, int limit) override;
+    asio::awaitable<std::vector<candidate_info>> read_candidates(std::string key) override;
 
     asio::awaitable<std::optional<leader_info>> read_leader(std::string key);
     asio::awaitable<std::shared_ptr<scope_state>> acquire_key(std::string key, std::string value, bool once,
