@@ -41,6 +41,15 @@ std::string decode_transfer_request(std::optional<std::string> const& value) {
     return to && to->is_string() ? std::string(to->as_string()) : std::string{};
 }
 
+std::optional<int> decode_priority_marker(std::optional<std::string> const& value) {
+    if (!value || value->empty()) return std::nullopt;
+    try {
+        return std::stoi(*value);
+    } catch (std::exception const&) {
+        return std::nullopt;
+    }
+}
+
 namespace {
 std::optional<candidate_info> decode_candidate(consul::kv_pair const& p, std::string const& session) {
     candidate_info c;
@@ -63,14 +72,17 @@ registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair
     v.index = index;
     auto const prefix = candidates_prefix(key);
     auto const request = transfer_request_key(key);
+    auto const marker = priority_marker_key(key);
     for (auto const& p : pairs) {
-        if (p.key == key) {
+        if (p.key == marker) {
+            v.marker = p;
+        } else if (p.key == key) {
             v.lock = p;
         } else if (p.key == request) {
             if (p.flags == transfer_flag_value) v.request = p;
         } else if (p.key.starts_with(prefix) && p.flags == candidate_flag_value) {
             std::string const sid = p.key.substr(prefix.size());
-            if (sid.empty() || sid.find('/') != std::string::npos) continue;
+            if (sid.empty() || sid.front() == '.' || sid.find('/') != std::string::npos) continue;
             // Live while its own session holds it: a session that ended left
             // it unlocked (behaviour release) or took it along (delete).
             if (p.session != sid) {

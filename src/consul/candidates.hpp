@@ -5,6 +5,7 @@
 //   <key>.candidates/<session id>  one per waiting candidate, locked by its session,
 //                                  flags candidate_flag_value, value
 //                                  {"Name":..,"Value":..,"Priority":N,"Nonce":..}
+//   <key>.candidates/.max          the highest priority ever registered (decimal)
 //   <key>.transfer                 an operator's transfer request (`tenure transfer`),
 //                                  flags transfer_flag_value, value {"To":"<name or id>"}
 //
@@ -30,6 +31,11 @@ inline std::string candidate_key(std::string const& key, std::string const& sess
     return candidates_prefix(key) + session;
 }
 inline std::string transfer_request_key(std::string const& key) { return key + ".transfer"; }
+// The highest priority a candidate ever registered with (decimal; raised by
+// compare-and-set, never lowered): a waiter whose own priority is not below
+// it has nobody to defer to, and reads nothing more than this on a freed key.
+inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
+std::optional<int> decode_priority_marker(std::optional<std::string> const& value);
 
 // `nonce` makes each registration's value (so its ModifyIndex) its own.
 std::string encode_candidate(std::string const& name, std::string const& value, int priority, std::uint64_t nonce);
@@ -49,6 +55,7 @@ struct registry_view {
     std::vector<candidate_info> live;        // best first
     std::vector<consul::kv_pair> stale;      // entries whose session has ended (prunable)
     std::optional<consul::kv_pair> request;  // <key>.transfer
+    std::optional<consul::kv_pair> marker;   // <key>.candidates/.max
     std::uint64_t index = 0;
 };
 registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair> const& pairs, std::uint64_t index);
