@@ -73,9 +73,12 @@ registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair
     auto const prefix = candidates_prefix(key);
     auto const request = transfer_request_key(key);
     auto const marker = priority_marker_key(key);
+    auto const seen = registry_seen_key(key);
     for (auto const& p : pairs) {
         if (p.key == marker) {
             v.marker = p;
+        } else if (p.key == seen) {
+            v.seen = p;
         } else if (p.key == key) {
             v.lock = p;
         } else if (p.key == request) {

@@ -6,6 +6,7 @@
 //                                  flags candidate_flag_value, value
 //                                  {"Name":..,"Value":..,"Priority":N,"Nonce":..}
 //   <key>.candidates/.max          the highest priority ever registered (decimal)
+//   <key>.candidates/.seen         rewritten by every registration and removal
 //   <key>.transfer                 an operator's transfer request (`tenure transfer`),
 //                                  flags transfer_flag_value, value {"To":"<name or id>"}
 //
@@ -36,6 +37,11 @@ inline std::string transfer_request_key(std::string const& key) { return key + "
 // it has nobody to defer to, and reads nothing more than this on a freed key.
 inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
 std::optional<int> decode_priority_marker(std::optional<std::string> const& value);
+// Rewritten (with a fresh value) by every registration and removal: a holder
+// that saw the registry empty at this key's ModifyIndex knows it still is
+// while the index has not moved, and releases with one transaction
+// (check-index + unlock) instead of reading the registry first.
+inline std::string registry_seen_key(std::string const& key) { return candidates_prefix(key) + ".seen"; }
 
 // `nonce` makes each registration's value (so its ModifyIndex) its own.
 std::string encode_candidate(std::string const& name, std::string const& value, int priority, std::uint64_t nonce);
@@ -56,6 +62,7 @@ struct registry_view {
     std::vector<consul::kv_pair> stale;      // entries whose session has ended (prunable)
     std::optional<consul::kv_pair> request;  // <key>.transfer
     std::optional<consul::kv_pair> marker;   // <key>.candidates/.max
+    std::optional<consul::kv_pair> seen;     // <key>.candidates/.seen
     std::uint64_t index = 0;
 };
 registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair> const& pairs, std::uint64_t index);

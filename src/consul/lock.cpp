@@ -130,6 +130,31 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
     if (handoff_on_release && !quick_retake) {
         // Hand the key to the best waiting candidate in one transaction (no
         // race between the followers, no gap); look again if it left meanwhile.
+        auto& owner = static_cast<consul_session&>(*session);
+        if (auto it = owner.registry_empty_at.find(key); it != owner.registry_empty_at.end()) {
+            // Nobody registered or left since we saw the registry empty: a
+            // plain unlock, guarded by that, in one round trip.
+            consul::txn_op guard;
+            guard.key = registry_seen_key(key);
+            if (it->second == 0) {
+                guard.verb = "check-not-exists";
+            } else {
+                guard.verb = "check-index";
+                guard.index = it->second;
+            }
+            owner.registry_empty_at.erase(it);
+            consul::txn_op unlock;
+            unlock.verb = "unlock";
+            unlock.key = key;
+            unlock.value = value;
+            unlock.flags = consul::lock_flag_value;
+            unlock.session = session->id;
+            std::vector<consul::txn_op> ops{std::move(guard), std::move(unlock)};
+            auto r = co_await coro(client).txn(std::move(ops));
+            if (r.committed) co_return;
+            for (auto const& e : r.errors)
+                if (e.op_index == 1) co_return;  // not ours to release any more
+        }
         // A failure to read or hand over falls back to the plain release.
         for (int attempt = 0; attempt < 3; ++attempt) {
             std::optional<transfer_outcome> out;
@@ -137,7 +162,11 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                 auto reg = co_await read_registry(client, key, false);
                 auto best = std::find_if(reg.live.begin(), reg.live.end(),
                                          [&](candidate_info const& c) { return c.session != session->id; });
-                if (best == reg.live.end()) break;
+                if (best == reg.live.end()) {
+                    if (owner.registry_empty_at.size() >= 4096) owner.registry_empty_at.clear();
+                    owner.registry_empty_at.insert_or_assign(key, reg.seen ? reg.seen->modify_index : 0);
+                    break;
+                }
                 transfer_target = best->session;
                 out = co_await transfer_txn(client, key, session->id, value, *best);
             } catch (system_error const& e) {
@@ -383,10 +412,16 @@ struct candidate_registration {
         if (!active) return;
         session->spawn_owned([s = session, k = key, won = won, at = modify_index]() -> asio::awaitable<void> {
             try {
-                std::string entry = candidate_key(k, s->id);
-                std::optional<std::uint64_t> cas;
-                if (at != 0) cas = at;
-                co_await coro(s->client).kv_delete(std::move(entry), cas);
+                consul::txn_op gone;
+                gone.key = candidate_key(k, s->id);
+                gone.verb = at != 0 ? "delete-cas" : "delete";
+                gone.index = at;
+                consul::txn_op seen;
+                seen.verb = "set";
+                seen.key = registry_seen_key(k);
+                seen.value = std::to_string(next_spread_seed());
+                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen)};
+                co_await coro(s->client).txn(std::move(ops));
                 if (won) co_return;
                 auto r = co_await coro(s->client).kv_get(k, consistent_read());
                 if (!r.value || r.value->session != s->id) co_return;
@@ -508,7 +543,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 consul::txn_op marker;
                 marker.verb = "get-or-empty";
                 marker.key = priority_marker_key(key);
-                std::vector<consul::txn_op> ops{std::move(entry), std::move(marker)};
+                consul::txn_op seen;
+                seen.verb = "set";
+                seen.key = registry_seen_key(key);
+                seen.value = std::to_string(next_spread_seed());
+                std::vector<consul::txn_op> ops{std::move(entry), std::move(marker), std::move(seen)};
                 reg.active = true;
                 std::optional<consul::txn_result> t;
                 try {
@@ -516,12 +555,12 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 } catch (system_error const& ex) {
                     if (is_abort(ex)) throw;
                 }
-                if (t && t->committed && t->results.size() == 2) {
+                if (t && t->committed && t->results.size() == 3) {
                     reg.since = t->results.front().create_index;
                     reg.modify_index = t->results.front().modify_index;
                     // A new highest priority: raise the marker (compare-and-set; a
                     // lost race is looked at again once).
-                    auto const& m = t->results.back();
+                    auto const& m = t->results[1];
                     std::optional<int> known = decode_priority_marker(m.value);
                     std::uint64_t at = m.modify_index;
                     for (int attempt = 0; attempt < 2 && eopts.priority > 0 && (!known || *known < eopts.priority);

@@ -85,6 +85,11 @@ struct consul_session final : session_impl {
     // reading the key first.
     std::unordered_map<std::string, std::uint64_t> released_at;
 
+    // Keys whose candidate registry this session last saw empty, at the
+    // ModifyIndex of `<key>.candidates/.seen` (0: absent): its next release
+    // of the key is a check-index + unlock transaction, no registry read.
+    std::unordered_map<std::string, std::uint64_t> registry_empty_at;
+
     void note_released(std::string const& key, std::uint64_t modify_index) {
         if (released_at.size() >= 4096) released_at.clear();
         released_at.insert_or_assign(key, modify_index);

@@ -353,6 +353,44 @@ BOOST_AUTO_TEST_CASE(priority_is_respected_over_100_handovers) {
     });
 }
 
+BOOST_AUTO_TEST_CASE(a_holder_that_saw_no_candidates_still_hands_over_to_new_ones) {
+    // The release after an empty registry is one guarded unlock; candidates
+    // that arrive since must void the guard, so the handoff (the longest
+    // waiting of equals) happens every round.
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/fastpath/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h");
+        for (int round = 0; round < 5; ++round) {
+            auto lead = co_await he.acquire();
+            co_await lead.release();  // nobody waits: the registry is seen empty
+            lead = co_await he.acquire();
+            candidate first, second;
+            first.name = "first";
+            first.session = co_await session("first");
+            first.election = std::make_unique<tenure::election>(first.session, key, "first");
+            second.name = "second";
+            second.session = co_await session("second");
+            second.election = std::make_unique<tenure::election>(second.session, key, "second");
+            first.start(wake);
+            co_await await_candidates(key, 1);
+            second.start(wake);
+            co_await await_candidates(key, 2);
+            co_await lead.release();
+            co_await wait_for(wake, [&] { return first.done || second.done; });
+            BOOST_TEST(first.done, "round " << round << ": the release did not hand over to the longest waiting");
+            BOOST_TEST(!second.done);
+            // The next term of `first` hands over to `second` the same way.
+            BOOST_REQUIRE(first.scope);
+            co_await first.scope->release();
+            co_await wait_for(wake, [&] { return second.done; });
+            BOOST_TEST(!second.ec);
+            if (second.scope) co_await second.scope->release();
+        }
+    });
+}
+
 BOOST_AUTO_TEST_CASE(after_an_invalidation_a_better_candidate_goes_first) {
     run([&]() -> asio::awaitable<void> {
         std::string const key = "itest/invalid/leader";
