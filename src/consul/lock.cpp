@@ -160,6 +160,11 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
             std::optional<transfer_outcome> out;
             try {
                 auto reg = co_await read_registry(client, key, false);
+                if (!reg.stale.empty()) {
+                    // Entries of ended sessions (behaviour release leaves them
+                    // unlocked): removed in the background, owned by the session.
+                    session->spawn_owned([c = &client, stale = reg.stale]() { return prune_stale(*c, stale); });
+                }
                 auto best = std::find_if(reg.live.begin(), reg.live.end(),
                                          [&](candidate_info const& c) { return c.session != session->id; });
                 if (best == reg.live.end()) {
