@@ -20,7 +20,8 @@
 // CSV row per handover to --csv, and a CDF plot per scenario (PNG, gnuplot) to --plot.
 //
 // Scenarios (how the leader's term ends; "D" is --lock-delay-ms):
-//   clean       the leader releases the key (?release=): no lock-delay.
+//   clean       the leader releases the key (?release=, handoff_on_release off): no
+//               lock-delay; the parked followers race for it.
 //   destroy-0   the leader's session is destroyed (PUT /v1/session/destroy), LockDelay 0.
 //   destroy     the same with LockDelay D.
 //   check-fail  the leader's session carries tenure's application health check
@@ -35,6 +36,12 @@
 //   kill        a real child process (this binary in --candidate mode: a tenure session with
 //               TTL T, renewed every T/2, and election.acquire()) leads and is SIGKILLed.
 //               Leadership ends at the kill; the server notices when the TTL lapses.
+//   transfer    the leader hands the key to a random parked follower with
+//               leadership_scope::transfer_to() (one /v1/txn: check-session of its
+//               registry entry, unlock, lock): the gap from the transfer's answer
+//               (inproc: the key's change) to the target's acquire() resolving.
+//   prio-clean  clean, with priorities 0..3 (candidate id % 4): the release hands the
+//               key to the best parked candidate (handoff_on_release).
 //   sem-clean   a tenure::semaphore (limit 2) instead of an election: K contenders, 2
 //               holders (each holds until the bench says), K-2 waiters parked in
 //               semaphore.acquire(). The bench releases the holder admitted first
@@ -145,6 +152,7 @@ private:
     struct round {
         std::string sid;       // the leader's session
         std::string check_id;  // check-fail: the health check bound to it
+        int target = -1;       // transfer: the candidate the key goes to
         steady::time_point t0{}, t_renew{};
         steady::time_point t_answered{};  // semaphore: permit.release() returned
     };
@@ -383,6 +391,18 @@ void run::remove_hooks() {
 void run::start_candidates(asio::any_io_executor ex) {
     int const local = sc_.leader == leader_kind::candidate ? k_ : k_ - 1;
     bool const probe = sc_.name == "probe";
+    if (sc_.name == "prio-clean")
+        cands_.options_of = [](int id) {
+            tenure::election_options o;
+            o.priority = id % 4;  // mixed: 0..3
+            return o;
+        };
+    if (sc_.name == "clean")  // the plain ?release= and the followers' race, as before handoffs
+        cands_.options_of = [](int) {
+            tenure::election_options o;
+            o.handoff_on_release = false;
+            return o;
+        };
     cands_.start(
         ex, local, [this] { return be_.make_client(); }, key_, so_, sc_.permits,
         [probe](candidate& c, tenure::session_options& so) {
@@ -406,6 +426,8 @@ asio::awaitable<candidate*> run::handover(candidate& leader, int i, std::vector<
     // 4. The next leader.
     candidate* next = co_await next_winner(steady::now() + round_timeout());
     auto const t3 = cands_.elected_at();
+    if (r.target >= 0 && next->id != r.target)
+        std::fprintf(stderr, "\n  warning: transfer to candidate %d elected %d\n", r.target, next->id);
     sample const s = co_await time_handover(r, *next, t3);
     samples.push_back(s);
 
@@ -494,7 +516,14 @@ asio::awaitable<void> run::park(round& r) {
 asio::awaitable<void> run::end_term(candidate& leader, round& r) {
     rejects_ = 0;
     r.t0 = steady::now();
-    if (sc_.releases()) {
+    if (sc_.name == "transfer") {
+        std::uniform_int_distribution<int> pick(0, cands_.size() - 2);
+        r.target = pick(rng_);
+        if (r.target >= leader.id) ++r.target;
+        auto [ec, token] = co_await leader.scope.transfer_to(cands_.at(r.target).s.id(), tuple_awaitable);
+        if (ec) throw std::runtime_error("transfer_to failed: " + ec.message());
+        (void)token;
+    } else if (sc_.releases()) {
         co_await leader.scope.release(tuple_awaitable);
     } else if (sc_.name == "destroy" || sc_.name == "destroy-0") {
         co_await coro(*leader.cl).session_destroy(r.sid);
@@ -511,14 +540,14 @@ asio::awaitable<void> run::end_term(candidate& leader, round& r) {
     auto const answered = steady::now();
     TRACE("end request answered after %.3f ms (t1 %s)", ms(answered - r.t0), t1_ ? "set" : "unset");
     if (sc_.semaphore()) r.t_answered = answered;
-    else if (sc_.name == "clean" || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0) set_t1(answered);
+    else if (sc_.releases() || sc_.name == "check-fail" || sc_.name.rfind("destroy", 0) == 0) set_t1(answered);
 }
 
 // The handover's sample, once the observer has had its chance to see the
 // invalidation; `next` was elected at t3.
 asio::awaitable<sample> run::time_handover(round& r, candidate const& next, steady::time_point t3) {
     if (sees_end()) co_await wait_until(wake_, [&] { return t1_.has_value(); }, steady::now() + 2s);
-    if (!be_.agent() && sc_.name != "clean" && !sc_.semaphore())  // the log line is the earliest sign: wait for it
+    if (!be_.agent() && !sc_.releases())  // the log line is the earliest sign: wait for it
         co_await wait_until(wake_, [&] { return log_seen_; }, steady::now() + 200ms);
     disarm_observer();
     co_await wait_until(wake_, [&] { return !obs_running_; }, steady::now() + 5s);
@@ -834,7 +863,7 @@ std::vector<result_set> read_csv(std::string const& path, config& cfg) {
 
 int usage() {
     std::cerr << "usage: failover [--quick | --full]\n"
-                 "                [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill,sem-clean]\n"
+                 "                [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill,transfer,prio-clean,sem-clean]\n"
                  "                [--backend http,inproc,etcd,etcdctl] [--candidates 3,10,100] [--handovers N]\n"
                  "                [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D] [--hold-ms H]\n"
                  "                [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N] [--csv FILE] [--plot DIR]\n"

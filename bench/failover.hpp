@@ -42,7 +42,8 @@ struct scenario_def {
 
     bool semaphore() const { return permits > 0; }
     // The term ends with a clean release: the session lives on and campaigns again.
-    bool releases() const { return name == "clean" || semaphore(); }
+    // (transfer: the session lives on too; the key goes straight to the target.)
+    bool releases() const { return name == "clean" || name == "prio-clean" || name == "transfer" || semaphore(); }
 };
 
 inline std::vector<scenario_def> const all_scenarios = {
@@ -55,6 +56,8 @@ inline std::vector<scenario_def> const all_scenarios = {
     {"ttl", "TTL lapse (session no longer renewed)", true, true, leader_kind::raw,
      "lease expiry (no more keepalives)"},
     {"kill", "leader process SIGKILLed", true, true, leader_kind::child, "leader process SIGKILLed", true},
+    {"transfer", "transfer_to() a waiting candidate (one txn)", false, false, leader_kind::candidate, ""},
+    {"prio-clean", "clean release, mixed priorities (handoff to the best)", false, false, leader_kind::candidate, ""},
     {"sem-clean", "semaphore: a holder releases its permit", false, false, leader_kind::candidate,
      "semaphore: a holder releases its permit", false, 2},
 };

@@ -123,6 +123,9 @@ public:
     }
 
     int size() const { return static_cast<int>(all_.size()); }
+    Candidate& at(int i) { return *all_.at(static_cast<std::size_t>(i)); }
+    // The election options of candidate `id` (prio-clean: its priority); unset: the defaults.
+    std::function<tenure::election_options(int id)> options_of;
     // Why a candidate stopped on its own; empty while they all run.
     std::string const& failure() const { return failure_; }
 
@@ -173,6 +176,7 @@ private:
                     c.s = tenure::session{};  // the old one closes (etcd: revokes its lease) in the background
                     c.s = co_await tenure::session::create(*c.cl, so);
                     if (permits_) c.sem.emplace(c.s, key_, permits_, c.name);
+                    else if (options_of) c.e.emplace(c.s, key_, c.name, options_of(c.id));
                     else c.e.emplace(c.s, key_, c.name);
                 }
                 // (Not one co_await of a conditional expression: g++ 12 evaluates the wrong arm.)

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace tenure {
 
@@ -36,6 +37,17 @@ struct leader_info {
     std::string session;
     std::uint64_t lock_index = 0;
     std::uint64_t modify_index = 0;
+};
+
+/// A candidate waiting for an election's key, as its registry entry shows it
+/// (docs/guide/priorities-and-transfer.md): each waiting acquire() registers one beside
+/// the key, bound to its session, and removes it when the acquire ends.
+struct candidate_info {
+    std::string session;      // its session id
+    std::string name;         // its session's name (session_options::name)
+    std::string value;        // what it writes into the key when it leads
+    int priority = 0;         // election_options::priority
+    std::uint64_t since = 0;  // the entry's CreateIndex: lower has waited longer
 };
 
 struct election_options {
@@ -68,6 +80,41 @@ struct election_options {
     /// or less: watch at once. The session's local deadline (a whole TTL
     /// without a renewal) is not delayed. Consul only.
     std::chrono::nanoseconds monitor_delay = std::chrono::milliseconds{1};
+
+    /// This candidate's priority (higher leads first). A clean release hands
+    /// the key straight to the highest-priority waiting candidate, among
+    /// equals the one that waited longest (see handoff_on_release). A key
+    /// freed otherwise (the holder's session invalidated, a `consul lock`
+    /// holder's release) is left to the live candidates of the highest
+    /// priority for priority_grace (after the old holder's lock-delay), then
+    /// to anyone, so a stuck candidate cannot block the election; equals race
+    /// for it. Consul only (ignored on etcd).
+    int priority = 0;
+    /// How long a candidate defers to a live one of higher priority on a freed
+    /// key. Zero: no deferral (and no read of the priority marker).
+    std::chrono::nanoseconds priority_grace = std::chrono::seconds{2};
+
+    /// While leading, watch the candidates and hand over (by transfer) when one
+    /// with a higher priority than ours has been waiting for yield_settle; the
+    /// scope ends with `error::yielded`. The settle time keeps a flapping
+    /// candidate (one that comes and goes) from bouncing leadership: it must
+    /// wait that long without a break. Consul only.
+    bool yield_to_higher = false;
+    std::chrono::nanoseconds yield_settle = std::chrono::seconds{5};
+
+    /// While leading, honour operator transfer requests (`tenure transfer`,
+    /// the key `<key>.transfer`): hand over to the named candidate, or to the
+    /// best one; the scope ends with `error::transferred`. Costs one more
+    /// blocking query per leader (shared with yield_to_higher). Consul only.
+    bool accept_transfer_requests = false;
+
+    /// A clean release (release(), the scope's destructor) hands the key to
+    /// the best waiting candidate in one transaction (unlock for us, lock for
+    /// it) instead of freeing it: no race, and priority is respected. It costs
+    /// one read of the registry per release (one round trip). False, or with
+    /// quick_retake (made for one process taking the key again and again): a
+    /// plain `?release=`. Consul only.
+    bool handoff_on_release = true;
 };
 
 class election {
@@ -143,9 +190,30 @@ public:
                                  detail::cancel_on::any);
     }
 
+    /// The candidates waiting for the key, best first (priority, then the
+    /// longest waiting); candidates whose session has ended are left out.
+    ///
+    /// @async_completion{void(boost::system::error_code, std::vector<tenure::candidate_info>)}
+    /// @async_cancellation
+    /// Terminal, partial and total: completes with `operation_aborted`; nothing
+    /// changes.
+    /// @async_errors
+    /// Transport and HTTP errors; `error::operation_not_supported` on etcd
+    /// (its candidates are the keys under the election name, see leader());
+    /// `error::no_session` when the session is empty (moved from).
+    /// @async_lifetimes
+    /// The election, its session and the session's client must outlive the
+    /// operation.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto candidates(CompletionToken&& token = {}) {
+        return detail::async_run(session_->get_executor(), candidates_impl(), std::forward<CompletionToken>(token),
+                                 detail::cancel_on::any);
+    }
+
 private:
     boost::asio::awaitable<leadership_scope> acquire_impl(bool once);
     boost::asio::awaitable<std::optional<leader_info>> leader_impl();
+    boost::asio::awaitable<std::vector<candidate_info>> candidates_impl();
 
     session* session_;
     std::string key_;

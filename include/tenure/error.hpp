@@ -31,6 +31,11 @@ enum class error {
     semaphore_limit_conflict,  // the semaphore's .lock carries another Limit than ours
     /// every primitive
     no_session,            // the session (or what uses it) is empty: default-constructed or moved from
+    /// leadership transfer and candidate priority (election.hpp, leadership_scope.hpp)
+    transferred,           // loss reason: this leader handed the key to another candidate (transfer_to, a request)
+    yielded,               // loss reason: this leader handed over to a higher-priority candidate (yield_to_higher)
+    no_such_candidate,     // transfer_to: no waiting candidate has that session id or name
+    operation_not_supported,  // the backend cannot do this (documented per backend on the operation)
 };
 
 boost::system::error_category const& error_category() noexcept;

@@ -5,8 +5,9 @@
 /// key, started election_options::monitor_delay after the acquire) and the
 /// session's local deadline watch for loss. Loss cancels the work
 /// started with run() through Asio per-operation cancellation (terminal) and
-/// records why: released_by_other, key_deleted, session_invalidated or
-/// lease_expired_locally. Transient errors (a 500, a dropped connection) are
+/// records why: released_by_other, key_deleted, session_invalidated,
+/// lease_expired_locally, transferred (transfer_to, an operator request) or
+/// yielded (election_options::yield_to_higher). Transient errors (a 500, a dropped connection) are
 /// retried within the lease and are not a loss.
 ///
 /// The key is released when the scope is destroyed (in the background) or by
@@ -92,7 +93,8 @@ public:
     /// changes.
     /// @async_errors
     /// The loss reason: `error::released_by_other`, `error::key_deleted`,
-    /// `error::session_invalidated`, `error::lease_expired_locally`;
+    /// `error::session_invalidated`, `error::lease_expired_locally`, `error::transferred`,
+    /// `error::yielded`;
     /// `error::not_held`.
     /// @async_lifetimes
     /// The operation keeps the scope's state alive; the scope object may go away
@@ -122,6 +124,35 @@ public:
     template <class CompletionToken = boost::asio::use_awaitable_t<>>
     auto release(CompletionToken&& token = {}) {
         return detail::async_run(get_executor(), release_impl(state_), std::forward<CompletionToken>(token));
+    }
+
+    /// Hands the key to a waiting candidate, named by its session id or its
+    /// session name (the best-ranked one of that name), in one step: on Consul
+    /// one `/v1/txn` that unlocks the key for this session and locks it for
+    /// the target's, at one index, without lock-delay; LockIndex (the fencing
+    /// token) grows by one. The target's pending acquire() completes with the
+    /// new token. This scope then ends with `error::transferred` and the work
+    /// started with run() is cancelled. Completes with the target's token.
+    ///
+    /// @async_completion{void(boost::system::error_code, std::uint64_t token)}
+    /// @async_cancellation
+    /// Terminal: before the transaction is sent (while the registry is read),
+    /// completes with `operation_aborted` and nothing changes; once it is sent
+    /// it is not withdrawn (it could commit all the same), and the operation
+    /// completes with its outcome.
+    /// @async_errors
+    /// `error::no_such_candidate` when no waiting candidate has that id or
+    /// name (nothing changes); `error::not_held` when this scope does not hold
+    /// the key; `error::operation_not_supported` on etcd (its election order is
+    /// the create revision, which `etcdctl elect` candidates rely on); transport
+    /// and HTTP errors.
+    /// @async_lifetimes
+    /// The operation keeps the scope's state alive; the session's client must
+    /// outlive it.
+    template <class CompletionToken = boost::asio::use_awaitable_t<>>
+    auto transfer_to(std::string candidate, CompletionToken&& token = {}) {
+        return detail::async_run(get_executor(), transfer_impl(state_, std::move(candidate)),
+                                 std::forward<CompletionToken>(token));
     }
 
     /// Re-checks with a consistent read that this session still holds the key, for
@@ -157,6 +188,8 @@ private:
     static boost::asio::awaitable<void> wait_lost_impl(std::shared_ptr<detail::scope_state> s);
     static boost::asio::awaitable<void> release_impl(std::shared_ptr<detail::scope_state> s);
     static boost::asio::awaitable<bool> confirm_impl(std::shared_ptr<detail::scope_state> s);
+    static boost::asio::awaitable<std::uint64_t> transfer_impl(std::shared_ptr<detail::scope_state> s,
+                                                               std::string candidate);
 
     std::shared_ptr<detail::scope_state> state_;
 };

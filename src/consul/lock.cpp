@@ -2,11 +2,14 @@
 // PUT /v1/session/renew, KV ?acquire= / ?release= with the Go api's lock flag
 // value, consistent blocking queries for followers and the leader's monitor.
 #include "consul/lock.hpp"
+#include "consul/candidates.hpp"
+
 #include <tenure/detail/random.hpp>
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
@@ -122,6 +125,61 @@ asio::awaitable<void> consul_lock_scope::send_release() {
 // rule): its answer carries the key's new ModifyIndex, which lets this
 // session's next acquire of the key skip its first read.
 asio::awaitable<void> consul_lock_scope::send_release_once() {
+    if (handoff_on_release && !quick_retake) {
+        // Hand the key to the best waiting candidate in one transaction (no
+        // race between the followers, no gap); look again if it left meanwhile.
+        auto& owner = static_cast<consul_session&>(*session);
+        if (auto it = owner.registry_empty_at.find(key); it != owner.registry_empty_at.end()) {
+            // Nobody registered or left since we saw the registry empty: a
+            // plain unlock, guarded by that, in one round trip.
+            consul::txn_op guard;
+            guard.key = registry_seen_key(key);
+            if (it->second == 0) {
+                guard.verb = "check-not-exists";
+            } else {
+                guard.verb = "check-index";
+                guard.index = it->second;
+            }
+            owner.registry_empty_at.erase(it);
+            consul::txn_op unlock;
+            unlock.verb = "unlock";
+            unlock.key = key;
+            unlock.value = value;
+            unlock.flags = consul::lock_flag_value;
+            unlock.session = session->id;
+            std::vector<consul::txn_op> ops{std::move(guard), std::move(unlock)};
+            auto r = co_await coro(client).txn(std::move(ops));
+            if (r.committed) co_return;
+            for (auto const& e : r.errors)
+                if (e.op_index == 1) co_return;  // not ours to release any more
+        }
+        // A failure to read or hand over falls back to the plain release.
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            std::optional<transfer_outcome> out;
+            try {
+                auto reg = co_await read_registry(client, key, false);
+                if (!reg.stale.empty()) {
+                    // Entries of ended sessions (behaviour release leaves them
+                    // unlocked): removed in the background, owned by the session.
+                    session->spawn_owned([c = &client, stale = reg.stale]() { return prune_stale(*c, stale); });
+                }
+                auto best = std::find_if(reg.live.begin(), reg.live.end(),
+                                         [&](candidate_info const& c) { return c.session != session->id; });
+                if (best == reg.live.end()) {
+                    if (owner.registry_empty_at.size() >= 4096) owner.registry_empty_at.clear();
+                    owner.registry_empty_at.insert_or_assign(key, reg.seen ? reg.seen->modify_index : 0);
+                    break;
+                }
+                transfer_target = best->session;
+                out = co_await transfer_txn(client, key, session->id, value, *best);
+            } catch (system_error const& e) {
+                if (is_abort(e)) throw;
+                break;
+            }
+            if (out->held || out->holder_lost) co_return;  // handed over, or not ours to release any more
+        }
+        transfer_target.clear();
+    }
     if (!quick_retake) {
         co_await coro(client).kv_release(key, session->id, value, consul::lock_flag_value);
         co_return;
@@ -291,6 +349,10 @@ asio::awaitable<void> consul_lock_scope::monitor() {
         }
         if (pair->session != session->id) {
             auto why = make_error_code(error::released_by_other);
+            if (!transfer_target.empty() && pair->session == transfer_target && transfer_reason) {
+                lose(transfer_reason);
+                co_return;
+            }
             if (pair->session.empty()) {
                 // Freed without our release: was our session invalidated?
                 bool gone = false;
@@ -332,6 +394,59 @@ asio::awaitable<clock::duration> consul_session::holder_lock_delay(std::string c
     co_return delay;
 }
 
+namespace {
+
+// This candidate's registry entry while it waits (candidates.hpp): made when
+// the acquire first finds the key held, removed in the background (owned by
+// the session) when the acquire ends however it ends. An acquire that ended
+// without the key while a handoff to it was landing gives the key back.
+struct candidate_registration {
+    std::shared_ptr<consul_session> session;
+    std::string key;
+    bool active = false;  // the entry may exist
+    bool won = false;     // the acquire took the key
+    std::uint64_t since = 0;
+    std::uint64_t modify_index = 0;  // of our entry: deleted by compare-and-delete (a newer registration stays)
+
+    candidate_registration(std::shared_ptr<consul_session> s, std::string k) : session(std::move(s)), key(std::move(k)) {}
+    candidate_registration(candidate_registration const&) = delete;
+    candidate_registration& operator=(candidate_registration const&) = delete;
+    ~candidate_registration() {
+        if (!active) return;
+        session->spawn_owned([s = session, k = key, won = won, at = modify_index]() -> asio::awaitable<void> {
+            try {
+                consul::txn_op gone;
+                gone.key = candidate_key(k, s->id);
+                gone.verb = at != 0 ? "delete-cas" : "delete";
+                gone.index = at;
+                consul::txn_op seen;
+                seen.verb = "set";
+                seen.key = registry_seen_key(k);
+                seen.value = std::to_string(next_spread_seed());
+                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen)};
+                co_await coro(s->client).txn(std::move(ops));
+                if (won) co_return;
+                auto r = co_await coro(s->client).kv_get(k, consistent_read());
+                if (!r.value || r.value->session != s->id) co_return;
+                bool in_use = std::any_of(s->scopes.begin(), s->scopes.end(), [&](std::weak_ptr<scope_state> const& w) {
+                    auto live = w.lock();
+                    return live && live->key == k && live->status == scope_status::held;
+                });
+                if (!in_use) co_await coro(s->client).kv_release(k, s->id, r.value->value, consul::lock_flag_value);
+            } catch (system_error const&) {
+                // The session's end takes the entry (and any key) along.
+            }
+        });
+    }
+};
+
+}  // namespace
+
+asio::awaitable<std::vector<candidate_info>> consul_session::read_candidates(std::string key) {
+    auto reg = co_await read_registry(client, key, false);
+    co_return std::move(reg.live);
+}
+
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
                                                                             bool once,
                                                                             std::shared_ptr<kv_watch_hub> hub,
@@ -353,15 +468,29 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     lock_op.flags = consul::lock_flag_value;
     lock_op.session = id;
 
+    candidate_registration reg(self, key);
+    std::optional<clock::time_point> free_since;  // when this waiting candidate saw the key free
+    clock::duration const grace =
+        std::max<clock::duration>(clock::duration::zero(), std::chrono::duration_cast<clock::duration>(eopts.priority_grace));
+
     auto acquired = [&](consul::kv_pair const& held) {
+        reg.won = true;
         auto st = std::make_shared<consul_lock_scope>(self, key, value, client, hub);
         st->token = held.lock_index;
         st->modify_index = held.modify_index;
         st->quick_retake = quick_retake;
+        st->priority = eopts.priority;
+        st->handoff_on_release = eopts.handoff_on_release;
+        st->yield_to_higher = eopts.yield_to_higher;
+        st->yield_settle = std::max<clock::duration>(clock::duration::zero(),
+                                                     std::chrono::duration_cast<clock::duration>(eopts.yield_settle));
+        st->accept_transfer_requests = eopts.accept_transfer_requests;
         // Negative: at once; beyond a year: a year (keeps now + delay finite).
         st->monitor_delay = std::clamp<clock::duration>(std::chrono::duration_cast<clock::duration>(eopts.monitor_delay),
                                                         clock::duration::zero(), std::chrono::hours{24 * 366});
         adopt(st);
+        if (st->yield_to_higher || st->accept_transfer_requests)
+            spawn_owned([st]() { return st->watch_candidates(); }, st->watch_cancel.slot());
         return st;
     };
 
@@ -400,7 +529,63 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         auto const& pair = r->pair;
         if (pair && pair->flags != consul::lock_flag_value) throw system_error(make_error_code(error::lock_conflict));
 
+        // Handed to this waiting candidate (a transfer, a handoff on release).
+        if (pair && pair->session == id && reg.active) co_return acquired(*pair);
+
         if (pair && !pair->session.empty() && pair->session != id) {
+            free_since.reset();
+            if (!once && !reg.active) {
+                // Waiting: register beside the key (candidates.hpp).
+                consul::txn_op entry;
+                entry.verb = "lock";
+                entry.key = candidate_key(key, id);
+                entry.value = encode_candidate(options.name, value, eopts.priority, next_spread_seed());
+                entry.flags = candidate_flag_value;
+                entry.session = id;
+                // The same transaction reads the priority marker back.
+                consul::txn_op marker;
+                marker.verb = "get-or-empty";
+                marker.key = priority_marker_key(key);
+                consul::txn_op seen;
+                seen.verb = "set";
+                seen.key = registry_seen_key(key);
+                seen.value = std::to_string(next_spread_seed());
+                std::vector<consul::txn_op> ops{std::move(entry), std::move(marker), std::move(seen)};
+                reg.active = true;
+                std::optional<consul::txn_result> t;
+                try {
+                    t = co_await coro(client).txn(std::move(ops));
+                } catch (system_error const& ex) {
+                    if (is_abort(ex)) throw;
+                }
+                if (t && t->committed && t->results.size() == 3) {
+                    reg.since = t->results.front().create_index;
+                    reg.modify_index = t->results.front().modify_index;
+                    // A new highest priority: raise the marker (compare-and-set; a
+                    // lost race is looked at again once).
+                    auto const& m = t->results[1];
+                    std::optional<int> known = decode_priority_marker(m.value);
+                    std::uint64_t at = m.modify_index;
+                    for (int attempt = 0; attempt < 2 && eopts.priority > 0 && (!known || *known < eopts.priority);
+                         ++attempt) {
+                        consul::put_options po;
+                        po.cas = at;
+                        bool raised = false;
+                        try {
+                            std::string mk = priority_marker_key(key);
+                            std::string mv = std::to_string(eopts.priority);
+                            raised = co_await coro(client).kv_put(mk, std::move(mv), po);
+                            if (raised) break;
+                            auto again = co_await coro(client).kv_get(std::move(mk), consistent_read());
+                            known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
+                            at = again.value ? again.value->modify_index : 0;
+                        } catch (system_error const& ex) {
+                            if (is_abort(ex)) throw;
+                            break;
+                        }
+                    }
+                }
+            }
             // Held by another candidate: learn its LockDelay once, then block.
             if (pair->session != last_holder) {
                 last_holder = pair->session;
@@ -423,6 +608,55 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             // Those of this process who saw it free first try first.
             if (behind > clock::duration::zero())
                 co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
+        }
+
+        bool higher_may_wait = false;
+        if (reg.active && !once && grace > clock::duration::zero()) {
+            // Anyone of a higher priority than ours registered? One small read.
+            try {
+                std::string mk = priority_marker_key(key);
+                auto m = co_await coro(client).kv_get(std::move(mk), consistent_read());
+                auto const top = m.value ? decode_priority_marker(m.value->value) : std::nullopt;
+                higher_may_wait = top && *top > eopts.priority;
+            } catch (system_error const& ex) {
+                if (is_abort(ex)) throw;
+            }
+        }
+        if (higher_may_wait) {
+            // Priority: a live candidate of a higher priority gets the freed
+            // key first; we defer to it for the grace (after the old holder's
+            // lock-delay), woken by any change of the key or the registry,
+            // then try.
+            if (!free_since) free_since = clock::now();
+            auto const deadline = *free_since + holder_delay + grace;
+            candidate_info const me{id, options.name, value, eopts.priority, reg.since};
+            std::optional<consul::kv_pair> taken;
+            std::uint64_t rindex = 0;
+            for (;;) {
+                std::optional<registry_view> v;
+                try {
+                    auto const left = std::max<clock::duration>(deadline - clock::now(), 1ms);
+                    v = co_await read_registry(client, key, true, rindex, left);
+                } catch (system_error const& ex) {
+                    if (is_abort(ex)) throw;
+                }
+                if (!v) break;
+                if (v->lock && !v->lock->session.empty()) {
+                    taken = std::move(v->lock);
+                    break;
+                }
+                if (!v->stale.empty()) co_await prune_stale(client, v->stale);
+                auto best = std::find_if(v->live.begin(), v->live.end(),
+                                         [&](candidate_info const& c) { return c.session != id; });
+                if (best == v->live.end() || best->priority <= me.priority || clock::now() >= deadline) break;
+                rindex = consul::next_wait_index(rindex, v->index);
+            }
+            if (taken) {
+                if (taken->session == id) co_return acquired(*taken);
+                index = 0;  // held again: back to waiting on it
+                known.reset();
+                continue;
+            }
         }
 
         std::vector<consul::txn_op> ops{lock_op};
@@ -451,6 +685,101 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         co_await pause_and_grow(error_retry);
         index = 0;
         known.reset();
+    }
+}
+
+// transfer_to, a yield, an operator request: one transaction that checks the
+// target still waits, unlocks the key for us and locks it for the target.
+asio::awaitable<std::uint64_t> consul_lock_scope::transfer(std::string target, boost::system::error_code reason) {
+    auto self = shared_from_this();
+    auto reg = co_await read_registry(client, key, false);
+    if (status != scope_status::held) throw system_error(make_error_code(error::not_held));
+    auto const c = find_candidate(reg.live, target, session->id);
+    if (!c) throw system_error(make_error_code(error::no_such_candidate));
+    transfer_target = c->session;
+    transfer_reason = reason;
+    // Sent, the transaction is not withdrawn (it may commit anyway): its
+    // answer decides how the scope ends.
+    auto ex = co_await asio::this_coro::executor;
+    auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c),
+                                       asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
+    if (out.held) {
+        lose(reason);
+        co_return out.held->lock_index;
+    }
+    transfer_target.clear();
+    transfer_reason.clear();
+    if (out.holder_lost) throw system_error(make_error_code(error::not_held));  // the monitor reports the loss
+    throw system_error(make_error_code(error::no_such_candidate));               // it stopped waiting meanwhile
+}
+
+// While held: one blocking query on `<key>` (recursive), which shows the key,
+// its registry and the transfer request. A request hands over to its target
+// (or the best candidate); with yield_to_higher, a candidate of higher
+// priority that has waited yield_settle without a break gets the key.
+asio::awaitable<void> consul_lock_scope::watch_candidates() {
+    auto self = shared_from_this();
+    std::uint64_t index = 0;
+    clock::duration retry = 20ms;
+    std::string settling;  // the higher candidate we are waiting out, by session and entry
+    std::uint64_t settling_since = 0;
+    clock::time_point settling_from{};
+    while (status == scope_status::held) {
+        std::optional<registry_view> v;
+        try {
+            clock::duration wait = 30s;
+            if (!settling.empty()) wait = std::max<clock::duration>(settling_from + yield_settle - clock::now(), 1ms);
+            v = co_await read_registry(client, key, true, index, wait);
+            retry = 20ms;
+        } catch (system_error const& e) {
+            if (is_abort(e) || status != scope_status::held) co_return;
+        }
+        if (status != scope_status::held) co_return;
+        if (!v) {
+            co_await pause_and_grow(retry);
+            index = 0;
+            continue;
+        }
+        index = consul::next_wait_index(index, v->index);
+        std::optional<candidate_info> best;
+        for (auto const& c : v->live)
+            if (c.session != session->id) {
+                best = c;
+                break;
+            }
+        if (accept_transfer_requests && v->request) {
+            std::string const to = decode_transfer_request(v->request->value);
+            try {
+                co_await coro(client).kv_delete(v->request->key, v->request->modify_index);  // consumed
+                std::optional<candidate_info> target = best;
+                if (!to.empty()) target = find_candidate(v->live, to, session->id);
+                if (target) {
+                    co_await transfer(target->session, make_error_code(error::transferred));
+                    co_return;
+                }
+            } catch (system_error const& e) {
+                if (is_abort(e) || status != scope_status::held) co_return;
+            }
+            continue;
+        }
+        if (!yield_to_higher) continue;
+        if (!best || best->priority <= priority) {
+            settling.clear();
+            continue;
+        }
+        if (settling != best->session || settling_since != best->since) {
+            settling = best->session;
+            settling_since = best->since;
+            settling_from = clock::now();
+        }
+        if (clock::now() < settling_from + yield_settle) continue;
+        try {
+            co_await transfer(best->session, make_error_code(error::yielded));
+            co_return;
+        } catch (system_error const& e) {
+            if (is_abort(e) || status != scope_status::held) co_return;
+        }
+        settling.clear();
     }
 }
 

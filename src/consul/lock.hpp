@@ -36,6 +36,25 @@ struct consul_lock_scope final : scope_state {
     bool quick_retake = false;  // release with a transaction that reports the key's ModifyIndex
     bool watching = false;      // the monitor has started (see session_impl::defer_monitor)
 
+    // Transfer and priority (election_options, copied: the election may go
+    // before its scope).
+    int priority = 0;
+    bool handoff_on_release = true;
+    bool yield_to_higher = false;
+    clock::duration yield_settle{};
+    bool accept_transfer_requests = false;
+    // A transfer in flight (or done): the monitor reports the key taken by
+    // this session as transfer_reason, not released_by_other.
+    std::string transfer_target;
+    boost::system::error_code transfer_reason;
+    asio::cancellation_signal watch_cancel;  // the candidates watcher (yield, requests)
+
+    asio::awaitable<std::uint64_t> transfer(std::string target, boost::system::error_code reason) override;
+    void on_end() noexcept override { watch_cancel.emit(asio::cancellation_type::terminal); }
+    // yield_to_higher and accept_transfer_requests: one blocking query on
+    // `<key>` (recursive) while held.
+    asio::awaitable<void> watch_candidates();
+
     // The release wakes the monitor's own blocking query; a hub waiter, or a
     // monitor still in its delay, costs nothing to cancel.
     bool monitor_outlives_release() const noexcept override { return !hub && watching; }
@@ -65,6 +84,11 @@ struct consul_session final : session_impl {
     // the key tries a check-index + lock transaction at once instead of
     // reading the key first.
     std::unordered_map<std::string, std::uint64_t> released_at;
+
+    // Keys whose candidate registry this session last saw empty, at the
+    // ModifyIndex of `<key>.candidates/.seen` (0: absent): its next release
+    // of the key is a check-index + unlock transaction, no registry read.
+    std::unordered_map<std::string, std::uint64_t> registry_empty_at;
 
     void note_released(std::string const& key, std::uint64_t modify_index) {
         if (released_at.size() >= 4096) released_at.clear();
@@ -97,6 +121,7 @@ struct consul_session final : session_impl {
     // protocol (semaphore.cpp).
     asio::awaitable<std::shared_ptr<scope_state>> acquire(claim c) override;
     asio::awaitable<claim_holders> read(claim_kind kind, std::string key, int limit) override;
+    asio::awaitable<std::vector<candidate_info>> read_candidates(std::string key) override;
 
     asio::awaitable<std::optional<leader_info>> read_leader(std::string key);
     asio::awaitable<std::shared_ptr<scope_state>> acquire_key(std::string key, std::string value, bool once,

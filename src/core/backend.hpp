@@ -127,6 +127,10 @@ struct session_impl : std::enable_shared_from_this<session_impl> {
     virtual asio::awaitable<std::shared_ptr<scope_state>> acquire(claim c) = 0;
     // Who holds the claim `key` of `kind` now (for leader() and tools).
     virtual asio::awaitable<claim_holders> read(claim_kind kind, std::string key, int limit) = 0;
+    // The candidates waiting for the election key `key`, best first
+    // (election::candidates); operation_not_supported where the backend
+    // keeps no registry.
+    virtual asio::awaitable<std::vector<candidate_info>> read_candidates(std::string key);
 
     void start();
     asio::awaitable<void> renew_loop();
@@ -179,6 +183,12 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     // scope's session holds its key (fenced_write.hpp): false when refused.
     // The writes' keys are not empty.
     virtual asio::awaitable<bool> fenced_write(std::vector<write_op> writes) = 0;
+    // Hands the key to the waiting candidate `target` (a session id or name)
+    // and ends the scope with `reason` (transferred, yielded): the target's
+    // new token. operation_not_supported where the backend cannot.
+    virtual asio::awaitable<std::uint64_t> transfer(std::string target, boost::system::error_code reason);
+    // Called once when the scope stops being held (lost or released).
+    virtual void on_end() noexcept {}
 
     // True when the monitor should see the release through instead of being
     // cancelled: cancelling an HTTP blocking query closes its keep-alive

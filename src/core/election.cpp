@@ -41,6 +41,12 @@ asio::awaitable<std::optional<leader_info>> election::leader_impl() {
     co_return std::move(held.holders.front());
 }
 
+asio::awaitable<std::vector<candidate_info>> election::candidates_impl() {
+    auto sess = detail::session_access::impl(*session_);
+    if (!sess) throw boost::system::system_error(make_error_code(error::no_session));
+    co_return co_await sess->read_candidates(key_);
+}
+
 // ---- leader_observer ------------------------------------------------------------------
 // The constructors live with their backend (src/consul/primitives.cpp,
 // src/etcd/election.cpp).

@@ -30,6 +30,10 @@ public:
         case error::watch_canceled: return "etcd canceled the watch";
         case error::semaphore_limit_conflict: return "semaphore limit conflict: .lock holds another Limit";
         case error::no_session: return "no session: the object is empty (default-constructed or moved from)";
+        case error::transferred: return "leadership transferred to another candidate";
+        case error::yielded: return "leadership yielded to a higher-priority candidate";
+        case error::no_such_candidate: return "no waiting candidate with that session id or name";
+        case error::operation_not_supported: return "operation not supported by this backend";
         }
         return "unknown tenure error";
     }

@@ -26,6 +26,12 @@ void scope_state::lose(boost::system::error_code why) {
     emit_event(session->options.on_event, std::move(e));
     lost_event.set();
     monitor_cancel.emit(asio::cancellation_type::terminal);
+    on_end();
+}
+
+asio::awaitable<std::uint64_t> scope_state::transfer(std::string, boost::system::error_code) {
+    throw boost::system::system_error(make_error_code(error::operation_not_supported));
+    co_return 0;
 }
 
 bool scope_state::begin_release() {
@@ -43,6 +49,7 @@ bool scope_state::begin_release() {
         emit_event(session->options.on_event, std::move(e));
         lost_event.set();
         if (!monitor_outlives_release()) monitor_cancel.emit(asio::cancellation_type::terminal);
+        on_end();
     }
     return send;
 }
@@ -123,6 +130,13 @@ asio::awaitable<void> leadership_scope::wait_lost_impl(std::shared_ptr<detail::s
 asio::awaitable<void> leadership_scope::release_impl(std::shared_ptr<detail::scope_state> s) {
     if (!s || !s->begin_release()) co_return;
     co_await s->release_remote();
+}
+
+asio::awaitable<std::uint64_t> leadership_scope::transfer_impl(std::shared_ptr<detail::scope_state> s,
+                                                              std::string candidate) {
+    if (!s || s->status != detail::scope_status::held) throw boost::system::system_error(make_error_code(error::not_held));
+    if (candidate.empty()) throw boost::system::system_error(make_error_code(error::no_such_candidate));
+    co_return co_await s->transfer(std::move(candidate), make_error_code(error::transferred));
 }
 
 asio::awaitable<bool> leadership_scope::confirm_impl(std::shared_ptr<detail::scope_state> s) {

@@ -54,6 +54,11 @@ void session_impl::spawn_owned(std::function<asio::awaitable<void>()> work, asio
                    }));
 }
 
+asio::awaitable<std::vector<candidate_info>> session_impl::read_candidates(std::string) {
+    throw boost::system::system_error(make_error_code(error::operation_not_supported));
+    co_return std::vector<candidate_info>{};
+}
+
 asio::awaitable<void> session_impl::background_finished() {
     while (background > 0) {
         background_idle.expires_at(clock::time_point::max());

@@ -436,6 +436,9 @@ BOOST_AUTO_TEST_CASE(operations_of_empty_objects_complete_through_their_handlers
         std::vector<tenure::write_op> writes;
         auto [e5, token] = co_await tenure::fenced_write(scope, std::move(writes), tok);
         BOOST_TEST((e5 == tenure::error::not_held), e5.message());
+        auto [e5b, moved_to] = co_await scope.transfer_to("anyone", tok);
+        BOOST_TEST((e5b == tenure::error::not_held), e5b.message());
+        BOOST_TEST(moved_to == 0u);
 
         tenure::session none;
         auto [e6] = co_await none.wait_lost(tok);
@@ -456,6 +459,9 @@ BOOST_AUTO_TEST_CASE(operations_of_empty_objects_complete_through_their_handlers
         BOOST_TEST((e9 == tenure::error::no_session), e9.message());
         auto [e10, who] = co_await e.leader(tok);
         BOOST_TEST((e10 == tenure::error::no_session), e10.message());
+        auto [e10b, waiting] = co_await e.candidates(tok);
+        BOOST_TEST((e10b == tenure::error::no_session), e10b.message());
+        BOOST_TEST(waiting.empty());
         auto [e11, permit] = co_await sem.acquire(tok);
         BOOST_TEST((e11 == tenure::error::no_session), e11.message());
         auto [e12, st] = co_await sem.state(tok);

@@ -838,6 +838,168 @@ BOOST_AUTO_TEST_CASE(watch_prints_each_change) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+// Switchover and priorities through the command line (issue #21).
+namespace cli_transfer_itest {
+
+// Blocks (blocking queries on <key>.candidates/) until `n` live candidates
+// are registered; their sessions' names, best first is not implied.
+std::vector<std::string> await_candidates(http_client& http, std::string const& key, std::size_t n) {
+    std::string index = "0";
+    for (int i = 0; i < 200; ++i) {
+        auto r = http.get("/v1/kv/" + key + ".candidates/?recurse&index=" + index + "&wait=10s");
+        std::vector<std::string> live;
+        json::value const body = r.status == 200 ? json::parse(r.body) : json::value(json::array{});
+        if (r.status == 200)
+            for (auto const& e : body.as_array())
+                if (auto const* s = e.as_object().if_contains("Session"); s && s->is_string())
+                    live.emplace_back(s->as_string());
+        if (live.size() == n) return live;
+        index = r.header("X-Consul-Index").value_or("0");
+    }
+    throw std::runtime_error("the registry never had " + std::to_string(n) + " candidates");
+}
+
+}  // namespace cli_transfer_itest
+
+BOOST_FIXTURE_TEST_SUITE(cli_transfer, cli_fixture)
+
+BOOST_AUTO_TEST_CASE(transfer_to_z_makes_z_the_holder_stops_x_and_y_keeps_waiting) {
+    using cli_transfer_itest::await_candidates;
+    std::string const lk = "itest/switch/.lock";
+    tenure_process x(lock_args("itest/switch", "echo x runs; sleep 100", {"-name", "x"}));
+    BOOST_TEST(x.expect_line("x runs") == "x runs");
+    std::string const x_session = holder(lk);
+    tenure_process y(lock_args("itest/switch", "echo y runs; sleep 100", {"-name", "y"}));
+    await_candidates(http, lk, 1);
+    tenure_process z(lock_args("itest/switch", "echo z runs; sleep 100", {"-name", "z"}));
+    await_candidates(http, lk, 2);
+    auto const before = key(lk).as_object().at("LockIndex").to_number<std::uint64_t>();
+
+    {
+        tenure_process list({"leader", "-candidates", "-http-addr", addr(), lk});
+        auto out = list.rest_of_stdout();
+        BOOST_TEST(list.wait() == 0, list.err());
+        auto first = out.find("name=\"y\"");
+        auto second = out.find("name=\"z\"");
+        BOOST_TEST(first != std::string::npos, out);
+        BOOST_TEST(second != std::string::npos, out);
+        BOOST_TEST(first < second, "equal priorities: the longest waiting first\n" << out);
+    }
+
+    auto const asked = steady::now();
+    tenure_process t({"transfer", "-http-addr", addr(), "-to", "z", "itest/switch"});
+    auto line = t.expect_line("transferred to ");
+    int rc = t.wait();
+    BOOST_TEST(rc == 0, join_status(t, rc));
+    BOOST_TEST(z.expect_line("z runs") == "z runs");
+    std::cout << "switchover: z runs " << std::chrono::duration<double, std::milli>(steady::now() - asked).count()
+              << " ms after `tenure transfer` started\n";
+    auto f = fields(line);
+    BOOST_TEST(f["name"] == "\"z\"");
+    BOOST_TEST(f["session"] == holder(lk));
+    BOOST_TEST(f["lock_index"] == std::to_string(before + 1));
+    // x's child was stopped as on a lock loss, and x exited 0.
+    rc = x.wait();
+    BOOST_TEST(rc == 0, join_status(x, rc));
+    BOOST_TEST(x.err().find("transferred") != std::string::npos, x.err());
+    BOOST_TEST(x_session != holder(lk));
+    // y keeps waiting.
+    BOOST_TEST(process_alive(y.pid()));
+    auto waiting = await_candidates(http, lk, 1);
+    BOOST_TEST(waiting.front() != holder(lk));
+    BOOST_TEST(http.get("/v1/kv/" + lk + ".transfer").status == 404u);  // the request was consumed
+}
+
+BOOST_AUTO_TEST_CASE(bad_targets_and_deaf_holders_exit_one_and_change_nothing) {
+    using cli_transfer_itest::await_candidates;
+    std::string const lk = "itest/deaf/.lock";
+    tenure_process x(lock_args("itest/deaf", "echo x runs; sleep 100", {"-name", "x"}));
+    x.expect_line("x runs");
+    tenure_process y(lock_args("itest/deaf", "echo y runs; sleep 100", {"-name", "y"}));
+    await_candidates(http, lk, 1);
+    auto const before = key(lk);
+
+    tenure_process unknown({"transfer", "-http-addr", addr(), "-to", "nobody", "itest/deaf"});
+    int rc = unknown.wait();
+    BOOST_TEST(rc == 1, join_status(unknown, rc));
+    BOOST_TEST(unknown.err().find("no waiting candidate named \"nobody\"") != std::string::npos, unknown.err());
+    BOOST_TEST(key(lk) == before);
+    BOOST_TEST(process_alive(x.pid()));
+
+    tenure_process nobody_holds({"transfer", "-http-addr", addr(), "itest/nothing-here"});
+    rc = nobody_holds.wait();
+    BOOST_TEST(rc == 1, join_status(nobody_holds, rc));
+    BOOST_TEST(nobody_holds.err().find("nobody holds") != std::string::npos, nobody_holds.err());
+
+    // A holder that does not take requests: a raw api.Lock-style session.
+    std::string const other = "itest/deaf2/.lock";
+    auto sid = std::string(json::parse(http.put("/v1/session/create", R"({"TTL":"10s","LockDelay":"0s"})").body)
+                               .as_object().at("ID").as_string());
+    BOOST_TEST(http.put("/v1/kv/" + other + "?acquire=" + sid + "&flags=3304740253564472344").body == "true");
+    tenure_process w(lock_args("itest/deaf2", "echo w runs; sleep 100", {"-name", "w"}));
+    await_candidates(http, other, 1);
+    auto const other_before = key(other);
+    tenure_process deaf({"transfer", "-http-addr", addr(), "-timeout", "500ms", "itest/deaf2"});
+    rc = deaf.wait();
+    BOOST_TEST(rc == 1, join_status(deaf, rc));
+    BOOST_TEST(deaf.err().find("does not honour transfer requests") != std::string::npos, deaf.err());
+    BOOST_TEST(key(other) == other_before);
+    BOOST_TEST(http.get("/v1/kv/" + other + ".transfer").status == 404u);  // withdrawn
+    BOOST_TEST(process_alive(w.pid()));
+    http.put("/v1/session/destroy/" + sid);
+}
+
+BOOST_AUTO_TEST_CASE(when_h_ends_p_with_priority_5_runs_before_l_with_priority_1) {
+    using cli_transfer_itest::await_candidates;
+    std::string const lk = "itest/prio/.lock";
+    tenure_process h(lock_args("itest/prio", "echo h runs; read line", {"-pass-stdin", "-name", "h"}), true);
+    h.expect_line("h runs");
+    tenure_process l(lock_args("itest/prio", "echo l runs; read line", {"-pass-stdin", "-name", "l", "-priority", "1"}),
+                     true);
+    await_candidates(http, lk, 1);
+    tenure_process p(lock_args("itest/prio", "echo p runs; read line", {"-pass-stdin", "-name", "p", "-priority", "5"}),
+                     true);
+    await_candidates(http, lk, 2);
+    h.close_stdin();  // H ends: its release hands over to the best candidate
+    BOOST_TEST(h.wait() == 0, h.err());
+    BOOST_TEST(p.expect_line("p runs") == "p runs");
+    BOOST_TEST(process_alive(l.pid()));
+    await_candidates(http, lk, 1);  // L still waits
+    p.close_stdin();
+    BOOST_TEST(p.wait() == 0, p.err());
+    BOOST_TEST(l.expect_line("l runs") == "l runs");
+    l.close_stdin();
+    BOOST_TEST(l.wait() == 0, l.err());
+}
+
+BOOST_AUTO_TEST_CASE(a_sigkilled_high_priority_candidate_blocks_nobody_beyond_the_grace) {
+    using cli_transfer_itest::await_candidates;
+    std::string const lk = "itest/stuck/.lock";
+    // The holder: a session taken and destroyed over HTTP (an invalidation).
+    auto sid = std::string(json::parse(http.put("/v1/session/create", R"({"TTL":"10s","LockDelay":"0s"})").body)
+                               .as_object().at("ID").as_string());
+    BOOST_TEST(http.put("/v1/kv/" + lk + "?acquire=" + sid + "&flags=3304740253564472344").body == "true");
+    // P (priority 9) waits with a long session, then is SIGKILLed: its entry
+    // stays live until its session lapses, ~60 s later.
+    tenure_process p(lock_args("itest/stuck", "echo p runs; sleep 100", {"-name", "p", "-priority", "9",
+                                                                           "-session-ttl", "30s"}));
+    auto const p_session = await_candidates(http, lk, 1).front();
+    p.signal(SIGKILL);
+    BOOST_TEST(p.wait() == 128 + SIGKILL);
+    tenure_process l(lock_args("itest/stuck", "echo l runs; sleep 100", {"-name", "l", "-priority", "1"}));
+    await_candidates(http, lk, 2);
+    auto const freed = steady::now();
+    http.put("/v1/session/destroy/" + sid);
+    BOOST_TEST(l.expect_line("l runs", 20s) == "l runs");
+    std::cout << "stuck candidate: l took the key " << std::chrono::duration<double, std::milli>(steady::now() - freed).count()
+              << " ms after the holder's invalidation (priority_grace 2s)\n";
+    // P's session is still alive: the grace ended the wait, not P's end.
+    BOOST_TEST(json::parse(http.get("/v1/session/info/" + p_session).body).as_array().size() == 1u);
+    http.put("/v1/session/destroy/" + p_session);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
 // The issue's acceptance tests: SIGKILL to `tenure lock`, on the embedded agent.
 BOOST_FIXTURE_TEST_SUITE(cli_lock_kill9, cli_fixture)
 

@@ -105,5 +105,8 @@ void lock_help(std::ostream& os);
 int run_lock_supervisor(int argc, char** argv);
 int run_leader(std::vector<std::string> args);
 void leader_help(std::ostream& os);
+// transfer.cpp
+int run_transfer(std::vector<std::string> args);
+void transfer_help(std::ostream& os);
 
 }  // namespace tenure::cli

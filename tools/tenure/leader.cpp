@@ -8,6 +8,8 @@
 
 #include <tenure/election.hpp>
 
+#include "consul/candidates.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -65,6 +67,20 @@ asio::awaitable<int> observe(leader_observer& observer, std::string key, bool wa
     }
 }
 
+std::string candidate_line(candidate_info const& c) {
+    return "candidate name=" + quote(c.name) + " session=" + c.session + " priority=" + std::to_string(c.priority) +
+           " value=" + quote(c.value) + " since=" + std::to_string(c.since);
+}
+
+// -candidates: the waiting candidates, best first, one line each.
+asio::awaitable<int> list_candidates(consul::client& client, std::string key) {
+    auto reg = co_await detail::read_registry(client, key, false);
+    if (reg.live.empty()) std::cout << "no candidates" << std::endl;
+    for (auto const& c : reg.live) std::cout << candidate_line(c) << '\n';
+    std::cout.flush();
+    co_return 0;
+}
+
 }  // namespace
 
 void leader_help(std::ostream& os) {
@@ -84,9 +100,16 @@ void leader_help(std::ostream& os) {
           "  ... <prefix>` the prefix): the leader is the oldest key under <key>/,\n"
           "  session is its lease id in hex and lock_index its create revision (the\n"
           "  fencing token). -watch follows one etcd watch.\n\n"
+          "  With -candidates it prints the candidates waiting for the key instead,\n"
+          "  best first (highest priority, then the longest waiting), one line each\n"
+          "  (Consul; their registry is <key>.candidates/<session id>):\n\n"
+          "    candidate name=\"<session name>\" session=<id> priority=<N> value=\"<v>\" since=<index>\n"
+          "    no candidates\n\n"
           "  Exit status: 0 on success; 1 for bad usage or when the agent (or etcd)\n"
           "  cannot be queried.\n\n"
           "Options:\n\n"
+          "  -candidates\n"
+          "     List the waiting candidates instead of the holder. Default: false\n\n"
           "  -watch\n"
           "     Keep watching and print every change of holder. Default: false\n\n";
     http_flags::help(os);
@@ -96,10 +119,12 @@ void leader_help(std::ostream& os) {
 
 int run_leader(std::vector<std::string> args) {
     bool watch = false;
+    bool candidates = false;
     http_flags http;
     etcd_flags etcd_opts;
     flag_set flags;
     flags.add_bool("watch", watch);
+    flags.add_bool("candidates", candidates);
     http.add_to(flags);
     etcd_opts.add_to(flags);
     auto const rest = flags.parse(args);
@@ -115,6 +140,29 @@ int run_leader(std::vector<std::string> args) {
     std::string key = rest.front();
     while (!key.empty() && key.front() == '/') key.erase(0, 1);
     if (key.empty()) throw usage_error("the key must not be empty (got " + quote(rest.front()) + ")");
+
+    if (candidates) {
+        if (on_etcd) throw usage_error("-candidates is for Consul (etcd's candidates are the keys under <key>/)");
+        if (watch) throw usage_error("-candidates and -watch do not go together");
+        asio::io_context io{1};
+        consul::client client(io.get_executor(), http.config());
+        int rc = 1;
+        asio::co_spawn(io, list_candidates(client, key), [&](std::exception_ptr e, int code) {
+            rc = code;
+            if (e) {
+                try {
+                    std::rethrow_exception(e);
+                } catch (std::exception const& ex) {
+                    std::cerr << "tenure leader: Error querying candidates of " << quote(key) << ": " << describe(ex)
+                              << '\n';
+                }
+                rc = 1;
+            }
+            client.close();
+        });
+        io.run();
+        return rc;
+    }
 
     asio::io_context io{1};
     asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -101,6 +101,9 @@ struct lock_config {
     std::chrono::nanoseconds lock_delay = 15s;
     bool lock_delay_set = false;  // on etcd the lock-delay applies only when given
     std::chrono::nanoseconds kill_grace = 5s;
+    int priority = 0;
+    bool yield = false;
+    std::chrono::nanoseconds yield_settle = 5s;
 
     std::string prefix;
     std::vector<std::string> child_args;
@@ -742,7 +745,13 @@ asio::awaitable<std::optional<leadership_scope>> lock_command::acquire(session& 
     std::optional<leadership_scope> scope;
     try {
         if (cfg_.limit == 1) {
-            election e(s, cfg_.key());
+            // Honours `tenure transfer` requests; -priority and -yield (Consul).
+            election_options eo;
+            eo.priority = cfg_.priority;
+            eo.yield_to_higher = cfg_.yield;
+            eo.yield_settle = cfg_.yield_settle;
+            eo.accept_transfer_requests = !cfg_.on_etcd;
+            election e(s, cfg_.key(), {}, eo);
             auto op = e.acquire(asio::use_awaitable);
             auto stop = acquisition_stop();
             scope = co_await tenure::detail::race(std::move(op), std::move(stop));
@@ -1180,6 +1189,9 @@ lock_config parse_lock_flags(std::vector<std::string> const& args, bool& help) {
     flags.add_duration("session-ttl", cfg.session_ttl);
     flags.add_duration("lock-delay", cfg.lock_delay);
     flags.add_duration("kill-grace", cfg.kill_grace);
+    flags.add_int("priority", cfg.priority);
+    flags.add_bool("yield", cfg.yield);
+    flags.add_duration("yield-settle", cfg.yield_settle);
     cfg.http.add_to(flags);
     cfg.etcd.add_to(flags);
     auto rest = flags.parse(args);
@@ -1198,6 +1210,7 @@ lock_config parse_lock_flags(std::vector<std::string> const& args, bool& help) {
     if (cfg.lock_delay.count() < 0)
         throw usage_error("-lock-delay must be >= 0 (got " + d(cfg.lock_delay) + "); 0 disables it");
     if (cfg.kill_grace.count() < 0) throw usage_error("-kill-grace must be >= 0 (got " + d(cfg.kill_grace) + ")");
+    if (cfg.yield_settle.count() < 0) throw usage_error("-yield-settle must be >= 0 (got " + d(cfg.yield_settle) + ")");
     cfg.on_etcd = cfg.etcd.selected(flags);
     cfg.lock_delay_set = flags.was_set("lock-delay");
 
@@ -1298,6 +1311,21 @@ void lock_help(std::ostream& os) {
           "  -session-ttl=<duration>\n"
           "     TTL of the lock's session; renewed every TTL/2 (etcd: a lease of TTL\n"
           "     rounded up to whole seconds, kept alive every TTL/3). Default: 15s\n\n"
+          "  -priority=<int>\n"
+          "     This candidate's priority (Consul): when the lock frees, the waiting\n"
+          "     candidate with the highest priority gets it (among equals, the one that\n"
+          "     waited longest). Waiting candidates are listed by `tenure leader\n"
+          "     -candidates <prefix>/.lock`. Default: 0\n\n"
+          "  -yield\n"
+          "     While holding, hand the lock over to a waiting candidate of higher\n"
+          "     priority once it has waited -yield-settle; the child is stopped as on a\n"
+          "     lock loss. Default: false\n\n"
+          "  -yield-settle=<duration>\n"
+          "     How long a higher-priority candidate must wait, without a break, before\n"
+          "     -yield hands over. Default: 5s\n\n"
+          "  Switchover: `tenure transfer [-to NAME] <prefix>` asks the holder to hand\n"
+          "  the lock to the candidate whose session is named NAME (-name), or to the\n"
+          "  best one; tenure lock honours it and stops its child as on a lock loss.\n\n"
           "  -lock-delay=<duration>\n"
           "     Lock-delay of the session: after an invalidation (not a clean release)\n"
           "     nobody can take the key for this long. 0 disables it. On etcd, which\n"

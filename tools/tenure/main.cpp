@@ -63,6 +63,8 @@ constexpr command commands[] = {
     {"agent", "[options]", "Runs the embedded Consul-compatible agent", run_agent, agent_help},
     {"leader", "[-watch] [options] <key>", "Prints the holder of a lock key (Consul or etcd), or each change",
      tenure::cli::run_leader, tenure::cli::leader_help},
+    {"transfer", "[-to NAME] [options] <prefix>", "Asks the holder of <prefix>/.lock to hand it to a waiting candidate",
+     tenure::cli::run_transfer, tenure::cli::transfer_help},
     {"lock", "[options] <prefix> <child...>", "Executes a command holding a lock (Consul or etcd), like consul lock",
      tenure::cli::run_lock, tenure::cli::lock_help},
 };

@@ -1,0 +1,160 @@
+// The candidate registry beside a Consul lock key, and the transfer
+// transaction (see candidates.hpp and docs/guide/priorities-and-transfer.md).
+#include "consul/candidates.hpp"
+#include "consul/lock.hpp"
+
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include <algorithm>
+
+namespace tenure::detail {
+
+namespace json = boost::json;
+using boost::system::system_error;
+
+std::string encode_candidate(std::string const& name, std::string const& value, int priority, std::uint64_t nonce) {
+    json::object o;
+    o["Name"] = name;
+    o["Value"] = value;
+    o["Priority"] = priority;
+    o["Nonce"] = nonce;
+    return json::serialize(o);
+}
+
+std::string encode_transfer_request(std::string const& to) {
+    json::object o;
+    o["To"] = to;
+    return json::serialize(o);
+}
+
+std::string decode_transfer_request(std::optional<std::string> const& value) {
+    if (!value) return {};
+    boost::system::error_code ec;
+    auto v = json::parse(*value, ec);
+    if (ec || !v.is_object()) return {};
+    auto const* to = v.as_object().if_contains("To");
+    return to && to->is_string() ? std::string(to->as_string()) : std::string{};
+}
+
+std::optional<int> decode_priority_marker(std::optional<std::string> const& value) {
+    if (!value || value->empty()) return std::nullopt;
+    try {
+        return std::stoi(*value);
+    } catch (std::exception const&) {
+        return std::nullopt;
+    }
+}
+
+namespace {
+std::optional<candidate_info> decode_candidate(consul::kv_pair const& p, std::string const& session) {
+    candidate_info c;
+    c.session = session;
+    c.since = p.create_index;
+    if (!p.value) return c;
+    boost::system::error_code ec;
+    auto v = json::parse(*p.value, ec);
+    if (ec || !v.is_object()) return c;
+    auto const& o = v.as_object();
+    if (auto const* n = o.if_contains("Name"); n && n->is_string()) c.name = n->as_string();
+    if (auto const* n = o.if_contains("Value"); n && n->is_string()) c.value = n->as_string();
+    if (auto const* n = o.if_contains("Priority"); n && n->is_int64()) c.priority = static_cast<int>(n->as_int64());
+    return c;
+}
+}  // namespace
+
+registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair> const& pairs, std::uint64_t index) {
+    registry_view v;
+    v.index = index;
+    auto const prefix = candidates_prefix(key);
+    auto const request = transfer_request_key(key);
+    auto const marker = priority_marker_key(key);
+    auto const seen = registry_seen_key(key);
+    for (auto const& p : pairs) {
+        if (p.key == marker) {
+            v.marker = p;
+        } else if (p.key == seen) {
+            v.seen = p;
+        } else if (p.key == key) {
+            v.lock = p;
+        } else if (p.key == request) {
+            if (p.flags == transfer_flag_value) v.request = p;
+        } else if (p.key.starts_with(prefix) && p.flags == candidate_flag_value) {
+            std::string const sid = p.key.substr(prefix.size());
+            if (sid.empty() || sid.front() == '.' || sid.find('/') != std::string::npos) continue;
+            // Live while its own session holds it: a session that ended left
+            // it unlocked (behaviour release) or took it along (delete).
+            if (p.session != sid) {
+                v.stale.push_back(p);
+                continue;
+            }
+            if (auto c = decode_candidate(p, sid)) v.live.push_back(std::move(*c));
+        }
+    }
+    std::stable_sort(v.live.begin(), v.live.end(), ranks_before);
+    return v;
+}
+
+asio::awaitable<registry_view> read_registry(consul::client& c, std::string const& key, bool with_key,
+                                             std::uint64_t index, std::chrono::nanoseconds wait) {
+    // Named: g++ 12 destroys a ?: temporary twice across a co_await.
+    std::string prefix = key;
+    if (!with_key) prefix = candidates_prefix(key);
+    auto r = co_await coro(c).kv_list(std::move(prefix), consistent_read(index, wait));
+    co_return parse_registry(key, r.value, r.meta.index);
+}
+
+asio::awaitable<void> prune_stale(consul::client& c, std::vector<consul::kv_pair> const& stale) {
+    for (auto const& p : stale) {
+        try {
+            co_await coro(c).kv_delete(p.key, p.modify_index);
+        } catch (system_error const& e) {
+            if (is_abort(e)) throw;
+        }
+    }
+}
+
+std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& live, std::string const& target,
+                                             std::string const& self) {
+    for (auto const& c : live)
+        if (c.session == target && c.session != self) return c;
+    for (auto const& c : live)  // best first: the best of that name
+        if (c.name == target && c.session != self) return c;
+    return std::nullopt;
+}
+
+asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
+                                               std::string const& holder_value, candidate_info const& target) {
+    consul::txn_op waits;
+    waits.verb = "check-session";
+    waits.key = candidate_key(key, target.session);
+    waits.session = target.session;
+    consul::txn_op unlock;
+    unlock.verb = "unlock";
+    unlock.key = key;
+    unlock.value = holder_value;
+    unlock.flags = consul::lock_flag_value;
+    unlock.session = holder;
+    consul::txn_op lock;
+    lock.verb = "lock";
+    lock.key = key;
+    lock.value = target.value;
+    lock.flags = consul::lock_flag_value;
+    lock.session = target.session;
+    std::vector<consul::txn_op> ops{std::move(waits), std::move(unlock), std::move(lock)};
+    auto r = co_await coro(c).txn(std::move(ops));
+    transfer_outcome out;
+    if (r.committed) {
+        if (!r.results.empty() && r.results.back().session == target.session) out.held = std::move(r.results.back());
+        co_return out;
+    }
+    for (auto const& e : r.errors)
+        if (e.op_index == 1) out.holder_lost = true;
+    co_return out;
+}
+
+}  // namespace tenure::detail

@@ -1,0 +1,96 @@
+// Internal: the candidate registry beside a Consul lock key, and the transfer
+// transaction (docs/guide/priorities-and-transfer.md has the layout).
+//
+//   <key>                          the lock key (api.Lock / consul lock: untouched)
+//   <key>.candidates/<session id>  one per waiting candidate, locked by its session,
+//                                  flags candidate_flag_value, value
+//                                  {"Name":..,"Value":..,"Priority":N,"Nonce":..}
+//   <key>.candidates/.max          the highest priority ever registered (decimal)
+//   <key>.candidates/.seen         rewritten by every registration and removal
+//   <key>.transfer                 an operator's transfer request (`tenure transfer`),
+//                                  flags transfer_flag_value, value {"To":"<name or id>"}
+//
+// None of them is under `<key>/`, and none is the key: `consul lock`, api.Lock
+// and api.Semaphore read only their own keys and their own prefix's contender
+// entries (a semaphore's prefix is not a lock key's).
+#pragma once
+
+#include "consul/client_access.hpp"
+#include "core/backend.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tenure::detail {
+
+inline constexpr std::uint64_t candidate_flag_value = 0x74656e7563616e64ull;  // "tenucand"
+inline constexpr std::uint64_t transfer_flag_value = 0x74656e757472616eull;   // "tenutran"
+
+inline std::string candidates_prefix(std::string const& key) { return key + ".candidates/"; }
+inline std::string candidate_key(std::string const& key, std::string const& session) {
+    return candidates_prefix(key) + session;
+}
+inline std::string transfer_request_key(std::string const& key) { return key + ".transfer"; }
+// The highest priority a candidate ever registered with (decimal; raised by
+// compare-and-set, never lowered): a waiter whose own priority is not below
+// it has nobody to defer to, and reads nothing more than this on a freed key.
+inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
+std::optional<int> decode_priority_marker(std::optional<std::string> const& value);
+// Rewritten (with a fresh value) by every registration and removal: a holder
+// that saw the registry empty at this key's ModifyIndex knows it still is
+// while the index has not moved, and releases with one transaction
+// (check-index + unlock) instead of reading the registry first.
+inline std::string registry_seen_key(std::string const& key) { return candidates_prefix(key) + ".seen"; }
+
+// `nonce` makes each registration's value (so its ModifyIndex) its own.
+std::string encode_candidate(std::string const& name, std::string const& value, int priority, std::uint64_t nonce);
+std::string encode_transfer_request(std::string const& to);
+// The target of a request ("" : the best candidate).
+std::string decode_transfer_request(std::optional<std::string> const& value);
+
+// a ranks before b: higher priority, then the older entry.
+inline bool ranks_before(candidate_info const& a, candidate_info const& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    return a.since < b.since;
+}
+
+// What one recursive read of `<key>` (or of the registry) shows.
+struct registry_view {
+    std::optional<consul::kv_pair> lock;     // the lock key itself, if it was in the read
+    std::vector<candidate_info> live;        // best first
+    std::vector<consul::kv_pair> stale;      // entries whose session has ended (prunable)
+    std::optional<consul::kv_pair> request;  // <key>.transfer
+    std::optional<consul::kv_pair> marker;   // <key>.candidates/.max
+    std::optional<consul::kv_pair> seen;     // <key>.candidates/.seen
+    std::uint64_t index = 0;
+};
+registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair> const& pairs, std::uint64_t index);
+
+// Reads the registry (consistent; blocking past `index` for up to `wait` when
+// `index` is not 0). With `with_key`, the read is of `<key>` recursively, so
+// the lock key and the transfer request come with it.
+asio::awaitable<registry_view> read_registry(consul::client& c, std::string const& key, bool with_key,
+                                             std::uint64_t index = 0,
+                                             std::chrono::nanoseconds wait = std::chrono::seconds{30});
+
+// Deletes stale entries (compare-and-delete: a re-registration is kept).
+asio::awaitable<void> prune_stale(consul::client& c, std::vector<consul::kv_pair> const& stale);
+
+// The candidate `target` names (a session id, else the best-ranked of that
+// session name) among `live`, skipping `self`.
+std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& live, std::string const& target,
+                                             std::string const& self);
+
+// One transaction: the target still waits (its entry is locked by its
+// session), unlock `key` for `holder`, lock it for the target with its
+// value. The key as the target now holds it, or nullopt when refused (the
+// target left, or `holder` no longer holds the key).
+struct transfer_outcome {
+    std::optional<consul::kv_pair> held;
+    bool holder_lost = false;  // the unlock was refused: `holder` no longer holds the key
+};
+asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
+                                               std::string const& holder_value, candidate_info const& target);
+
+}  // namespace tenure::detail

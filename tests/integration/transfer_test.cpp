@@ -1,0 +1,484 @@
+// Candidate registry, leadership transfer and priority (issue #21) against the
+// real `tenure agent` binary over HTTP.
+//
+// One io_context, no threads; every step awaits an event: a registry entry
+// appearing (a blocking query on `<key>.candidates/`), an acquire completing,
+// a scope's loss.
+
+// g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include "agent_process.hpp"
+#include "run_on.hpp"
+
+#include "consul/client_access.hpp"  // the client's coroutines
+#include "consul/lock.hpp"           // consistent_read
+
+#include <tenure/consul/client.hpp>
+#include <tenure/election.hpp>
+#include <tenure/error.hpp>
+
+#include <boost/asio.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <memory>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using boost::system::error_code;
+namespace consul = tenure::consul;
+
+namespace transfer_itest {
+
+struct fixture {
+    tenure::itest::agent_process agent{[] {
+        tenure::itest::agent_options o;
+        o.session_ttl_min = "100ms";
+        return o;
+    }()};
+    asio::io_context io;
+    std::unique_ptr<consul::client> client = [this] {
+        consul::client_config c;
+        c.address = "http://127.0.0.1:" + std::to_string(agent.port());
+        c.request_timeout = 5000ms;
+        return std::make_unique<consul::client>(io.get_executor(), c);
+    }();
+
+    void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 60s) {
+        tenure::itest::run_on(io, std::move(body), limit);
+    }
+
+    asio::awaitable<tenure::session> session(std::string name, std::chrono::milliseconds ttl = 2s) {
+        tenure::session_options o;
+        o.name = std::move(name);
+        o.ttl = ttl;
+        o.lock_delay = 0ms;
+        co_return co_await tenure::session::create(*client, std::move(o));
+    }
+
+    // Blocks (blocking queries on the registry) until `n` live entries are
+    // there, none of them `holder`'s (a winner's entry goes in the background).
+    asio::awaitable<void> await_candidates(std::string const& key, std::size_t n, std::string holder = {}) {
+        std::uint64_t index = 0;
+        for (;;) {
+            std::string registry = key + ".candidates/";
+            auto r = co_await tenure::detail::coro(*client).kv_list(std::move(registry),
+                                                                    tenure::detail::consistent_read(index, 10s));
+            std::size_t live = std::count_if(r.value.begin(), r.value.end(),
+                                             [](consul::kv_pair const& p) { return !p.session.empty(); });
+            bool const holder_there = std::any_of(r.value.begin(), r.value.end(), [&](consul::kv_pair const& p) {
+                return !holder.empty() && p.session == holder;
+            });
+            if (live == n && !holder_there) co_return;
+            index = consul::next_wait_index(index, r.meta.index);
+        }
+    }
+
+    asio::awaitable<consul::kv_pair> read_key(std::string key) {
+        auto r = co_await tenure::detail::coro(*client).kv_get(std::move(key), tenure::detail::consistent_read());
+        BOOST_REQUIRE(r.value.has_value());
+        co_return *r.value;
+    }
+};
+
+// A candidate: a session, an election, and its pending acquire().
+struct candidate {
+    std::string name;
+    tenure::session session;
+    std::unique_ptr<tenure::election> election;
+    asio::cancellation_signal cancel;
+    std::optional<tenure::leadership_scope> scope;
+    error_code ec;
+    bool done = false;
+    int wins = 0;
+
+    void start(asio::steady_timer& wake) {
+        done = false;
+        scope.reset();
+        election->acquire(asio::bind_cancellation_slot(cancel.slot(), [this, &wake](error_code e, tenure::leadership_scope s) {
+            ec = e;
+            done = true;
+            if (!e) {
+                scope = std::move(s);
+                ++wins;
+            }
+            wake.cancel();
+        }));
+    }
+};
+
+asio::awaitable<void> wait_for(asio::steady_timer& wake, std::function<bool()> const& cond) {
+    while (!cond()) {
+        wake.expires_at(steady::time_point::max());
+        co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+}
+
+asio::awaitable<void> endless() {
+    asio::steady_timer t(co_await asio::this_coro::executor, steady::time_point::max());
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+tenure::election_options with_priority(int p) {
+    tenure::election_options o;
+    o.priority = p;
+    return o;
+}
+
+}  // namespace transfer_itest
+
+using namespace transfer_itest;
+
+BOOST_FIXTURE_TEST_SUITE(transfer_priority, fixture)
+
+BOOST_AUTO_TEST_CASE(candidates_are_listed_best_first_and_leave_when_their_acquire_ends) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/cand/leader";
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h");
+        auto lead = co_await he.acquire();
+        asio::steady_timer wake(io, steady::time_point::max());
+
+        std::vector<std::unique_ptr<candidate>> cs;
+        std::vector<int> prios{0, 5, 0};
+        for (int i = 0; i < 3; ++i) {
+            auto c = std::make_unique<candidate>();
+            c->name = "c" + std::to_string(i);
+            c->session = co_await session(c->name);
+            c->election = std::make_unique<tenure::election>(c->session, key, "v" + std::to_string(i),
+                                                             with_priority(prios[i]));
+            c->start(wake);
+            co_await await_candidates(key, static_cast<std::size_t>(i + 1));
+            cs.push_back(std::move(c));
+        }
+        auto list = co_await he.candidates();
+        BOOST_TEST_REQUIRE(list.size() == 3u);
+        BOOST_TEST(list[0].name == "c1");  // the highest priority
+        BOOST_TEST(list[0].priority == 5);
+        BOOST_TEST(list[0].value == "v1");
+        BOOST_TEST(list[0].session == cs[1]->session.id());
+        BOOST_TEST(list[1].name == "c0");  // equal priorities: the longest waiting first
+        BOOST_TEST(list[2].name == "c2");
+        BOOST_TEST(list[1].since < list[2].since);
+
+        // The lock key itself is api.Lock's: its flags, the holder's value.
+        auto k = co_await read_key(key);
+        BOOST_TEST(k.flags == consul::lock_flag_value);
+        BOOST_TEST(k.value.value_or("") == "h");
+
+        // An acquire that ends takes its entry along.
+        cs[2]->cancel.emit(asio::cancellation_type::terminal);
+        co_await wait_for(wake, [&] { return cs[2]->done; });
+        BOOST_TEST(cs[2]->ec == asio::error::operation_aborted);
+        co_await await_candidates(key, 2);
+        auto after = co_await he.candidates();
+        BOOST_TEST(after.size() == 2u);
+        for (auto const& c : after) BOOST_TEST(c.name != "c2");
+
+        // A candidate whose session ends is left out, and its entry goes.
+        std::string const c0_entry = key + ".candidates/" + cs[0]->session.id();
+        co_await cs[0]->session.close();
+        co_await await_candidates(key, 1);
+        auto last = co_await he.candidates();
+        BOOST_TEST_REQUIRE(last.size() == 1u);
+        BOOST_TEST(last[0].name == "c1");
+        for (auto& c : cs) c->cancel.emit(asio::cancellation_type::terminal);
+        co_await wait_for(wake, [&] { return cs[1]->done; });
+        co_await lead.release();  // reads the registry: prunes what an ended session left
+        for (std::uint64_t index = 0;;) {
+            auto r = co_await tenure::detail::coro(*client).kv_get(c0_entry, tenure::detail::consistent_read(index, 10s));
+            if (!r.value) break;
+            index = consul::next_wait_index(index, r.meta.index);
+        }
+    });
+}
+
+BOOST_AUTO_TEST_CASE(transfer_under_contention_of_10_followers_always_lands_on_the_target) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/transfer/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        std::vector<std::unique_ptr<candidate>> cs;
+        for (int i = 0; i < 11; ++i) {
+            auto c = std::make_unique<candidate>();
+            c->name = "n" + std::to_string(i);
+            c->session = co_await session(c->name);
+            c->election = std::make_unique<tenure::election>(c->session, key, c->name);
+            cs.push_back(std::move(c));
+        }
+        cs[0]->start(wake);
+        co_await wait_for(wake, [&] { return cs[0]->done; });
+        BOOST_REQUIRE(cs[0]->scope && cs[0]->scope->held());
+        for (int i = 1; i < 11; ++i) cs[i]->start(wake);
+        co_await await_candidates(key, 10);
+
+        int holder = 0;
+        int rounds = 0;
+        for (int target : {7, 3, 10, 1, 5, 9, 2, 8, 4, 6}) {
+            auto& from = *cs[holder];
+            // The holder's work runs until the transfer ends it.
+            bool finished = true;
+            bool ended = false;
+            asio::co_spawn(io, from.scope->run(endless()), [&](std::exception_ptr, bool f) {
+                finished = f;
+                ended = true;
+                wake.cancel();
+            });
+            auto const before = from.scope->token();
+            // By session id for even rounds, by name for odd ones.
+            std::string const who = rounds % 2 ? cs[target]->name : cs[target]->session.id();
+            auto token = co_await from.scope->transfer_to(who);
+            co_await wait_for(wake, [&] { return ended && cs[target]->done; });
+            BOOST_TEST(!finished);
+            BOOST_TEST(from.scope->loss_reason() == tenure::make_error_code(tenure::error::transferred));
+            BOOST_TEST(!cs[target]->ec);
+            BOOST_REQUIRE(cs[target]->scope);
+            BOOST_TEST(cs[target]->scope->held());
+            BOOST_TEST(cs[target]->scope->token() == token);
+            BOOST_TEST(token == before + 1);  // the fencing token grows
+            auto k = co_await read_key(key);
+            BOOST_TEST(k.session == cs[target]->session.id());
+            BOOST_TEST(k.value.value_or("") == cs[target]->name);
+            // Nobody else was elected meanwhile.
+            for (int i = 0; i < 11; ++i)
+                if (i != target && i != holder) BOOST_TEST(!cs[i]->done, "candidate " << i << " was elected");
+            // The old holder queues again.
+            from.start(wake);
+            co_await await_candidates(key, 10, cs[target]->session.id());
+            holder = target;
+            ++rounds;
+        }
+        BOOST_TEST(rounds == 10);
+        for (auto& c : cs) c->cancel.emit(asio::cancellation_type::terminal);
+        for (auto& c : cs) co_await wait_for(wake, [&] { return c->done || c.get() == cs[holder].get(); });
+        co_await cs[holder]->scope->release();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(bad_targets_change_nothing) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/badtarget/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h");
+        auto lead = co_await he.acquire();
+        auto const before = co_await read_key(key);
+
+        candidate a, gone;
+        a.name = "a";
+        a.session = co_await session("a");
+        a.election = std::make_unique<tenure::election>(a.session, key, "a");
+        gone.name = "gone";
+        gone.session = co_await session("gone");
+        gone.election = std::make_unique<tenure::election>(gone.session, key, "gone");
+        a.start(wake);
+        gone.start(wake);
+        co_await await_candidates(key, 2);
+        std::string const gone_id = gone.session.id();
+        gone.cancel.emit(asio::cancellation_type::terminal);  // no longer waiting
+        co_await wait_for(wake, [&] { return gone.done; });
+        co_await await_candidates(key, 1);
+
+        std::vector<std::string> bad{"nobody", gone_id, "gone", hs.id(), "holder"};
+        for (auto const& t : bad) {
+            auto [ec, token] = co_await lead.transfer_to(t, asio::as_tuple(asio::use_awaitable));
+            BOOST_TEST(ec == tenure::make_error_code(tenure::error::no_such_candidate), t << ": " << ec.message());
+            BOOST_TEST(token == 0u);
+        }
+        BOOST_TEST(lead.held());
+        auto const after = co_await read_key(key);
+        BOOST_TEST(after.session == before.session);
+        BOOST_TEST(after.lock_index == before.lock_index);
+        BOOST_TEST(after.modify_index == before.modify_index);
+        BOOST_TEST(!a.done);
+
+        // A scope that no longer holds cannot transfer.
+        co_await lead.release();  // hands over to `a` (handoff_on_release)
+        co_await wait_for(wake, [&] { return a.done; });
+        BOOST_TEST(!a.ec);
+        auto [ec, token] = co_await lead.transfer_to("a", asio::as_tuple(asio::use_awaitable));
+        BOOST_TEST(ec == tenure::make_error_code(tenure::error::not_held));
+        BOOST_REQUIRE(a.scope);
+        co_await a.scope->release();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(priority_is_respected_over_100_handovers) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/priority/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        std::vector<int> const prios{0, 3, 7, 3, 1};
+        std::vector<std::unique_ptr<candidate>> cs;
+        for (std::size_t i = 0; i < prios.size(); ++i) {
+            auto c = std::make_unique<candidate>();
+            c->name = "p" + std::to_string(i);
+            c->session = co_await session(c->name);
+            c->election = std::make_unique<tenure::election>(c->session, key, c->name, with_priority(prios[i]));
+            cs.push_back(std::move(c));
+        }
+        cs[0]->start(wake);
+        co_await wait_for(wake, [&] { return cs[0]->done; });
+        for (std::size_t i = 1; i < cs.size(); ++i) cs[i]->start(wake);
+
+        std::size_t holder = 0;
+        std::map<std::string, int> led;
+        for (int round = 0; round < 100; ++round) {
+            co_await await_candidates(key, cs.size() - 1, cs[holder]->session.id());
+            auto waiting = co_await cs[holder]->election->candidates();
+            BOOST_REQUIRE(waiting.size() == cs.size() - 1);
+            auto const expected = waiting.front().session;
+            auto const old_token = cs[holder]->scope->token();
+            co_await cs[holder]->scope->release();  // a clean release hands over to the best
+            std::size_t next = cs.size();
+            co_await wait_for(wake, [&] {
+                for (std::size_t i = 0; i < cs.size(); ++i)
+                    if (i != holder && cs[i]->done) next = i;
+                return next != cs.size();
+            });
+            BOOST_TEST(cs[next]->session.id() == expected, "round " << round << ": " << cs[next]->name
+                                                                     << " led instead of " << waiting.front().name);
+            BOOST_TEST(cs[next]->scope->token() == old_token + 1);
+            ++led[cs[next]->name];
+            cs[holder]->start(wake);  // the old holder queues again
+            holder = next;
+        }
+        // The top candidate leads every other term, the older 3 and the newer 3 share the rest.
+        std::cout << "priority handovers:";
+        for (auto const& [n, count] : led) std::cout << ' ' << n << '=' << count;
+        std::cout << '\n';
+        BOOST_TEST(led["p2"] == 50);
+        BOOST_TEST(led["p1"] + led["p3"] == 50);
+        BOOST_TEST(led["p0"] == 0);
+        BOOST_TEST(led["p4"] == 0);
+        for (auto& c : cs) c->cancel.emit(asio::cancellation_type::terminal);
+        for (auto& c : cs) co_await wait_for(wake, [&] { return c->done; });
+        co_await cs[holder]->scope->release();
+    });
+}
+
+BOOST_AUTO_TEST_CASE(a_holder_that_saw_no_candidates_still_hands_over_to_new_ones) {
+    // The release after an empty registry is one guarded unlock; candidates
+    // that arrive since must void the guard, so the handoff (the longest
+    // waiting of equals) happens every round.
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/fastpath/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h");
+        for (int round = 0; round < 5; ++round) {
+            auto lead = co_await he.acquire();
+            co_await lead.release();  // nobody waits: the registry is seen empty
+            lead = co_await he.acquire();
+            candidate first, second;
+            first.name = "first";
+            first.session = co_await session("first");
+            first.election = std::make_unique<tenure::election>(first.session, key, "first");
+            second.name = "second";
+            second.session = co_await session("second");
+            second.election = std::make_unique<tenure::election>(second.session, key, "second");
+            first.start(wake);
+            co_await await_candidates(key, 1);
+            second.start(wake);
+            co_await await_candidates(key, 2);
+            co_await lead.release();
+            co_await wait_for(wake, [&] { return first.done || second.done; });
+            BOOST_TEST(first.done, "round " << round << ": the release did not hand over to the longest waiting");
+            BOOST_TEST(!second.done);
+            // The next term of `first` hands over to `second` the same way.
+            BOOST_REQUIRE(first.scope);
+            co_await first.scope->release();
+            co_await wait_for(wake, [&] { return second.done; });
+            BOOST_TEST(!second.ec);
+            if (second.scope) co_await second.scope->release();
+        }
+    });
+}
+
+BOOST_AUTO_TEST_CASE(after_an_invalidation_a_better_candidate_goes_first) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/invalid/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        for (int round = 0; round < 5; ++round) {
+            auto hs = co_await session("holder");
+            tenure::election he(hs, key, "h");
+            auto lead = co_await he.acquire();
+            candidate lo, hi;
+            lo.name = "lo";
+            lo.session = co_await session("lo");
+            lo.election = std::make_unique<tenure::election>(lo.session, key, "lo", with_priority(1));
+            hi.name = "hi";
+            hi.session = co_await session("hi");
+            hi.election = std::make_unique<tenure::election>(hi.session, key, "hi", with_priority(5));
+            lo.start(wake);  // the lower one waits longer
+            co_await await_candidates(key, 1);
+            hi.start(wake);
+            co_await await_candidates(key, 2);
+            // Invalidation: the holder's session destroyed on the server, no release.
+            co_await tenure::detail::coro(*client).session_destroy(hs.id());
+            co_await wait_for(wake, [&] { return hi.done || lo.done; });
+            BOOST_TEST(hi.done, "round " << round << ": the lower-priority candidate took the key first");
+            BOOST_TEST(!lo.done);
+            lo.cancel.emit(asio::cancellation_type::terminal);
+            co_await wait_for(wake, [&] { return lo.done; });
+            if (hi.scope) co_await hi.scope->release();
+        }
+    });
+}
+
+BOOST_AUTO_TEST_CASE(yield_to_higher_ignores_a_flapping_candidate_then_hands_over) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/yield/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        auto hs = co_await session("holder");
+        tenure::election_options ho;
+        ho.yield_to_higher = true;
+        ho.yield_settle = 1s;
+        tenure::election he(hs, key, "h", ho);
+        auto lead = co_await he.acquire();
+        bool ended = false, finished = true;
+        asio::co_spawn(io, lead.run(endless()), [&](std::exception_ptr, bool f) {
+            finished = f;
+            ended = true;
+            wake.cancel();
+        });
+        candidate equal;  // the same priority: never a reason to yield
+        equal.name = "equal";
+        equal.session = co_await session("equal");
+        equal.election = std::make_unique<tenure::election>(equal.session, key, "equal");
+        equal.start(wake);
+        co_await await_candidates(key, 1);
+
+        candidate f;
+        f.name = "flappy";
+        f.session = co_await session("flappy");
+        f.election = std::make_unique<tenure::election>(f.session, key, "flappy", with_priority(5));
+        // Flaps: each appearance ends long before the settle time.
+        for (int i = 0; i < 5; ++i) {
+            f.start(wake);
+            co_await await_candidates(key, 2);
+            f.cancel.emit(asio::cancellation_type::terminal);
+            co_await wait_for(wake, [&] { return f.done; });
+            co_await await_candidates(key, 1);
+        }
+        BOOST_TEST(lead.held());
+        BOOST_TEST(!ended);
+        // Now it stays: the leader hands over once it has settled.
+        auto const before = lead.token();
+        f.start(wake);
+        co_await wait_for(wake, [&] { return f.done && ended; });
+        BOOST_TEST(!finished);
+        BOOST_TEST(lead.loss_reason() == tenure::make_error_code(tenure::error::yielded));
+        BOOST_TEST(!f.ec);
+        BOOST_REQUIRE(f.scope);
+        BOOST_TEST(f.scope->token() == before + 1);
+        BOOST_TEST(!equal.done);
+        equal.cancel.emit(asio::cancellation_type::terminal);
+        co_await wait_for(wake, [&] { return equal.done; });
+        co_await f.scope->release();
+    });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
