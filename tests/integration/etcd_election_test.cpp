@@ -58,9 +58,11 @@ using boost::system::system_error;
 
 namespace {
 
+// The scenarios run on `ex`, on TENURE_TEST_THREADS threads (run_on.hpp).
 struct env : tenure::itest::etcd_member {
+    env() : etcd_member(on_test_threads{}) {}
     void run(std::function<asio::awaitable<void>()> const& f, std::chrono::seconds limit = 30s) {
-        tenure::itest::run_scenario(ioc, f, limit);
+        tenure::itest::run_scenario(ioc, ex, f, limit);
     }
 };
 

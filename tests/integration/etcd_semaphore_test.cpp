@@ -58,8 +58,10 @@ void run_scenario(asio::io_context& ioc, std::function<asio::awaitable<void>()> 
     tenure::itest::run_scenario(ioc, f, limit);
 }
 
+// The scenarios run on `ex`, on TENURE_TEST_THREADS threads (run_on.hpp).
 struct single_env : tenure::itest::etcd_member {
-    void run(std::function<asio::awaitable<void>()> const& f) { run_scenario(ioc, f); }
+    single_env() : etcd_member(on_test_threads{}) {}
+    void run(std::function<asio::awaitable<void>()> const& f) { tenure::itest::run_scenario(ioc, ex, f, 40s); }
 };
 
 struct cluster_env {

@@ -3,7 +3,8 @@
 //
 // The semaphore must speak the Go api.Semaphore protocol byte for byte, so
 // the tests read the keys back raw: the contender keys, and `.lock` as Go's
-// compact json.Marshal. Every test runs one io_context (no threads) and awaits
+// compact json.Marshal. Every test runs one io_context (one thread, or N with
+// TENURE_TEST_THREADS=N, the objects on one strand: run_on.hpp) and awaits
 // events; the fixed sleeps only assert that something does NOT happen.
 
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
@@ -42,6 +43,9 @@ struct semaphore_fixture {
         return o;
     }()};
     asio::io_context io;
+    // What the test's clients, timers and coroutines are made on (a strand
+    // with TENURE_TEST_THREADS > 1; run_on.hpp).
+    asio::any_io_executor ex = tenure::itest::test_executor(io);
 
     std::string url() const { return "http://127.0.0.1:" + std::to_string(agent.port()); }
 
@@ -49,13 +53,13 @@ struct semaphore_fixture {
         consul::client_config c;
         c.address = url();
         c.request_timeout = 2000ms;
-        return std::make_unique<consul::client>(io.get_executor(), c);
+        return std::make_unique<consul::client>(ex, c);
     }
 
     // Runs `body` to completion on the io_context (bounded, so a bug fails the
     // test instead of hanging it).
     void run(std::function<asio::awaitable<void>()> body, steady::duration limit = 20s) {
-        tenure::itest::run_on(io, std::move(body), limit);
+        tenure::itest::run_on(io, ex, std::move(body), limit);
     }
 };
 
@@ -125,7 +129,7 @@ BOOST_AUTO_TEST_CASE(six_contenders_limit_three_never_exceed_three_and_all_hold)
         bool watching = true;
         asio::cancellation_signal stop_watch;
         asio::co_spawn(
-            io,
+            ex,
             [&]() -> asio::awaitable<void> {
                 std::uint64_t index = 0;
                 while (watching) {
@@ -147,7 +151,7 @@ BOOST_AUTO_TEST_CASE(six_contenders_limit_three_never_exceed_three_and_all_hold)
         std::vector<std::optional<tenure::leadership_scope>> permits(n);
         std::vector<int> admitted;  // in admission order
         int local_max = 0;
-        asio::steady_timer changed(io, steady::time_point::max());
+        asio::steady_timer changed(ex, steady::time_point::max());
         auto live = [&] {
             return static_cast<int>(std::count_if(permits.begin(), permits.end(),
                                                   [](auto const& p) { return p && p->held(); }));
@@ -276,7 +280,7 @@ BOOST_AUTO_TEST_CASE(a_dead_holder_is_pruned_and_frees_its_slot) {
         auto pa = co_await sa.acquire();
         auto pb = co_await sb.acquire();
         std::optional<tenure::leadership_scope> pc;
-        asio::steady_timer got(io, steady::time_point::max());
+        asio::steady_timer got(ex, steady::time_point::max());
         sc.acquire([&](error_code ec, tenure::leadership_scope s) {
             BOOST_REQUIRE_MESSAGE(!ec, ec.message());
             pc = std::move(s);
@@ -363,7 +367,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_wait_takes_its_contender_entry_away) {
         auto pa = co_await sa.acquire();
         asio::cancellation_signal cancel;
         std::optional<error_code> result;
-        asio::steady_timer done(io, steady::time_point::max());
+        asio::steady_timer done(ex, steady::time_point::max());
         sb.acquire(asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, tenure::leadership_scope s) {
             BOOST_TEST(!s.held());
             result = ec;
@@ -426,7 +430,7 @@ BOOST_AUTO_TEST_CASE(a_permit_taken_away_by_force_cancels_the_work) {
         auto pa = co_await sa.acquire();
         bool running = false;
         asio::co_spawn(
-            io,
+            ex,
             [&]() -> asio::awaitable<void> {
                 co_await sleep_for(100ms);
                 // An operator rewrites .lock without us (as Go's pruning would).
@@ -501,7 +505,7 @@ BOOST_AUTO_TEST_CASE(fenced_put_commits_for_the_leader_and_is_refused_for_a_stal
 
         // The key moves to b while a has not noticed yet (or ignores it).
         std::optional<tenure::leadership_scope> lb;
-        asio::steady_timer got(io, steady::time_point::max());
+        asio::steady_timer got(ex, steady::time_point::max());
         eb.acquire([&](error_code ec, tenure::leadership_scope s) {
             BOOST_REQUIRE(!ec);
             lb = std::move(s);
