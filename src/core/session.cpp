@@ -67,6 +67,16 @@ asio::awaitable<void> session_impl::background_finished() {
 }
 
 void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
+    // A key taken on a session that is lost already - or whose local deadline
+    // passed while this process was not running (a pause), before the renewal
+    // loop could notice - may be someone else's by now: the scope is lost at
+    // once, and run() starts no work under it.
+    if (!lost_event.is_set() && fsm.check_deadline(clock::now()))
+        mark_lost(make_error_code(error::lease_expired_locally));
+    if (lost_event.is_set()) {
+        s->lose(lost_reason);
+        return;
+    }
     // Forget ended scopes now and then (amortised O(1)): a session that takes
     // and releases keys for weeks must not keep every past scope's memory
     // (a weak_ptr keeps a make_shared block allocated).
