@@ -102,11 +102,13 @@ public:
 
 private:
     friend class faulty_transport;
-    asio::io_context io_;
-    std::mt19937_64 rng_;
+    // Declared before io_, so destroyed after it: handlers the io_context
+    // still holds when it goes refer to their processes.
     std::vector<std::unique_ptr<process>> processes_;
     std::vector<std::string> names_;
     process* agent_process_ = nullptr;
+    asio::io_context io_;
+    std::mt19937_64 rng_;
     std::unique_ptr<tenure::agent> agent_;
 };
 
