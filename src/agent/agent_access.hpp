@@ -5,6 +5,8 @@
 
 #include <tenure/agent.hpp>
 
+#include <boost/asio/awaitable.hpp>
+
 #include "agent/state.hpp"
 
 namespace tenure::detail {
@@ -18,6 +20,18 @@ struct agent_access {
     static agent::state_machine& state(tenure::agent& a) noexcept;
     // Re-arms the timer loop if the state machine's next deadline moved earlier.
     static void timers_changed(tenure::agent& a);
+    // True when the agent has a data_dir and state changes not yet on disk:
+    // an answer that shows them must wait_durable() first, as HTTP answers do.
+    static bool pending_writes(tenure::agent& a) noexcept;
+    // Completes once every change so far is on disk; false when the
+    // write-ahead log failed (the agent is stopping).
+    static boost::asio::awaitable<bool> wait_durable(tenure::agent& a);
+    // A crash, for the simulation: the data directory is left as a killed
+    // process leaves it (changes not yet committed are lost, the lock is
+    // released) and the agent stops without a final commit. The object stays
+    // valid until its handlers have unwound; another agent may then recover
+    // the directory.
+    static void crash(tenure::agent& a);
 };
 
 // The in-process transport (src/agent/inprocess_transport.cpp).

@@ -125,7 +125,13 @@ asio::awaitable<http_response> inprocess_transport::send(http::verb method, std:
         if (agent_.stopped())
             throw api_error(make_error_code(tenure::error::agent_stopped), 0, what);
         ag::api_outcome out = handle(req, bs);
-        if (out.res) co_return convert(std::move(*out.res));
+        if (out.res) {
+            // As over HTTP: nothing is answered that is not on disk yet.
+            if (tenure::detail::agent_access::pending_writes(agent_) &&
+                !co_await tenure::detail::agent_access::wait_durable(agent_))
+                co_return convert(internal_error("write-ahead log failed; agent stopping"));
+            co_return convert(std::move(*out.res));
+        }
 
         parked p{ex_};
         parked_guard guard{*this, p};

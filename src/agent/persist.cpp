@@ -595,6 +595,15 @@ durable_store::~durable_store() {
     if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
+void durable_store::abandon() noexcept {
+    failed_ = true;
+    sm_.track_changes(false);
+    for (int* fd : {&log_fd_, &lock_fd_, &dir_fd_}) {
+        if (*fd >= 0) ::close(*fd);
+        *fd = -1;
+    }
+}
+
 void durable_store::recover(time_point now) {
     std::string const snap_path = opts_.dir + "/snapshot";
     std::uint64_t first_segment = 1;

@@ -148,6 +148,10 @@ public:
     void commit();
     // Writes a snapshot now and starts a new segment.
     void snapshot_now();
+    // As a crash would leave it: closes the files without committing what is
+    // pending and releases the lock, so that another agent can recover the
+    // directory. The store is failed afterwards (tests and the simulation).
+    void abandon() noexcept;
     bool failed() const noexcept { return failed_; }
 
     recovery_info const& recovery() const noexcept { return recovery_; }

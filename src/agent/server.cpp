@@ -385,6 +385,7 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     std::list<connection*> conns;
     bool started = false;
     bool stopping = false;
+    bool crashed = false;  // agent_access::crash(): no final commit
     ag::time_point last_reject_warn{};
     std::uint64_t rejects_suppressed = 0;
     ag::time_point last_accept_warn{};
@@ -521,7 +522,7 @@ void agent::impl::start() {
 void agent::impl::stop() {
     if (stopping) return;
     stopping = true;
-    if (commits) commits->flush();  // timer-driven changes not yet on disk
+    if (commits && !crashed) commits->flush();  // timer-driven changes not yet on disk
     boost::system::error_code ec;
     acceptor.close(ec);
     tls_acceptor.close(ec);
@@ -948,5 +949,23 @@ consul::transport_factory agent::in_process() {
 detail::agent::state_machine& detail::agent_access::state(tenure::agent& a) noexcept { return a.impl_->sm; }
 
 void detail::agent_access::timers_changed(tenure::agent& a) { a.impl_->timers_changed(); }
+
+bool detail::agent_access::pending_writes(tenure::agent& a) noexcept {
+    auto& i = *a.impl_;
+    return i.commits && (i.commits->failed() || i.store->pending());
+}
+
+asio::awaitable<bool> detail::agent_access::wait_durable(tenure::agent& a) {
+    auto commits = a.impl_->commits;  // kept: the agent may stop meanwhile
+    if (!commits) co_return true;
+    co_return co_await commits->wait_durable();
+}
+
+void detail::agent_access::crash(tenure::agent& a) {
+    auto& i = *a.impl_;
+    if (i.store) i.store->abandon();
+    i.crashed = true;
+    i.stop();
+}
 
 }  // namespace tenure

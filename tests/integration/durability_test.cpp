@@ -11,6 +11,15 @@
 #include "agent_process.hpp"
 #include "http_client.hpp"
 
+#include "agent/agent_access.hpp"
+
+#include <tenure/agent.hpp>
+#include <tenure/consul/client.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -400,6 +409,49 @@ BOOST_AUTO_TEST_CASE(sessions_get_a_fresh_ttl_after_restart) {
     auto again = start_agent(dir.path);
     http_client c2("127.0.0.1", again.port());
     BOOST_TEST(json::parse(c2.get("/v1/session/list").body).as_array().empty());
+}
+
+// The in-process connection (agent::in_process()) keeps the HTTP promise:
+// an answer is given only once what it acknowledges is on disk. The agent
+// "crashes" the moment the answer arrives, before any later turn of the
+// event loop could commit, and a new agent recovers the directory.
+BOOST_AUTO_TEST_CASE(in_process_answers_are_on_disk_before_they_arrive) {
+    temp_dir dir;
+    auto options = [&] {
+        tenure::agent_options o;
+        o.data_dir = dir.path.string();
+        o.log_stream = nullptr;
+        return o;
+    };
+    {
+        boost::asio::io_context ioc{1};
+        tenure::agent a(ioc.get_executor(), options());
+        a.start();
+        tenure::consul::client c(ioc.get_executor(), a.in_process());
+        bool put = false;
+        auto write = [&]() -> boost::asio::awaitable<void> {
+            put = co_await c.kv_put("durable/k", std::string("v1"));
+            tenure::detail::agent_access::crash(a);  // nothing more reaches the disk
+        };
+        auto done = boost::asio::co_spawn(ioc, write(), boost::asio::use_future);
+        ioc.run();
+        done.get();
+        BOOST_TEST(put);
+    }
+    boost::asio::io_context ioc{1};
+    tenure::agent again(ioc.get_executor(), options());
+    again.start();
+    tenure::consul::client c(ioc.get_executor(), again.in_process());
+    std::optional<std::string> value;
+    auto read = [&]() -> boost::asio::awaitable<void> {
+        auto r = co_await c.kv_get("durable/k");
+        if (r.value) value = r.value->value;
+        again.stop();
+    };
+    auto done = boost::asio::co_spawn(ioc, read(), boost::asio::use_future);
+    ioc.run();
+    done.get();
+    BOOST_TEST(value.value_or("(missing)") == "v1");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
