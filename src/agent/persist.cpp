@@ -803,6 +803,12 @@ bool group_commit::flush() {
     return true;
 }
 
+void group_commit::abandon() {
+    failed_ = true;
+    ++committed_gen_;
+    done_.cancel();
+}
+
 void group_commit::schedule() {
     if (posted_ || failed_ || !store_.pending()) return;
     posted_ = true;

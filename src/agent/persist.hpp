@@ -193,6 +193,9 @@ public:
     void schedule();
     // Commits now, synchronously (stop()). false on failure.
     bool flush();
+    // A crash (durable_store::abandon()): the waiters wake with false and
+    // nothing commits any more; on_failure is not called.
+    void abandon();
     bool failed() const noexcept { return failed_; }
 
     std::function<void(std::string const& error)> on_failure;

@@ -964,6 +964,7 @@ asio::awaitable<bool> detail::agent_access::wait_durable(tenure::agent& a) {
 void detail::agent_access::crash(tenure::agent& a) {
     auto& i = *a.impl_;
     if (i.store) i.store->abandon();
+    if (i.commits) i.commits->abandon();
     i.crashed = true;
     i.stop();
 }

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
         total.fence_refused += r.stats.fence_refused;
         total.lock_delay_refusals += r.stats.lock_delay_refusals;
         total.invalidations += r.stats.invalidations;
+        total.agent_restarts += r.stats.agent_restarts;
         total.virtual_seconds += r.stats.virtual_seconds;
         if (r.ok) {
             ++passed;
@@ -106,10 +107,10 @@ int main(int argc, char** argv) {
     std::printf("tenure_sim: %" PRIu64 " schedules (%.0f virtual s) in %.2f s wall: %" PRIu64 " requests, %" PRIu64
                 " terms, %" PRIu64 " units of work (%" PRIu64 " past a local deadline after a pause, %" PRIu64
                 " overlapping), fence admitted %" PRIu64 " / refused %" PRIu64 " stale, %" PRIu64
-                " lock-delay refusals, %" PRIu64 " invalidations\n",
+                " lock-delay refusals, %" PRIu64 " invalidations, %" PRIu64 " agent crashes and restarts\n",
                 passed + failed, total.virtual_seconds, wall, total.events, total.terms, total.work, total.late_work,
                 total.overlapping_work, total.fence_admitted, total.fence_refused, total.lock_delay_refusals,
-                total.invalidations);
+                total.invalidations, total.agent_restarts);
     if (expect_violation) {
         if (failed > 0) {
             std::printf("expected violation found: the simulation catches the planted bug\n");

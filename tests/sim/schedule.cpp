@@ -56,8 +56,12 @@ public:
     // semaphore of `limit`).
     void begin(int client, std::string const& key, std::uint64_t token, std::size_t limit) {
         auto& holders = active_[key];
-        w_.log.add(fmt("client %d: work begins on %s, token %llu", client, key.c_str(),
-                       static_cast<unsigned long long>(token)));
+        std::string holder;  // as the agent shows it, for the trace
+        if (w_.agent_up() && w_.log.enabled)
+            if (auto const* e = detail::agent_access::state(w_.agent()).kv_get(key); e && !e->session.empty())
+                holder = " (agent: " + e->session.substr(0, 8) + ")";
+        w_.log.add(fmt("client %d: work begins on %s, token %llu%s", client, key.c_str(),
+                       static_cast<unsigned long long>(token), holder.c_str()));
         ++stats_.terms;
         if (holders.size() >= limit) {
             std::string others;
@@ -97,6 +101,7 @@ public:
 
     // The agent holds `key` for exactly one live session.
     void check_agent_holder(std::string const& key) {
+        if (!w_.agent_up()) return;  // crashed: it shows nothing
         auto& sm = detail::agent_access::state(w_.agent());
         auto const* e = sm.kv_get(key);
         if (!e || e->session.empty()) return;  // already released again (a clean, fast handover)
@@ -309,11 +314,17 @@ sim_result run_schedule(std::uint64_t seed, sim_options const& options) {
         // wait + wait/16 + the 1 s margin set below), plus a few backoffs.
         st.settle = 2 * st.ttl + st.lock_delay + 33s + 3s;
 
+        // An agent crash and restart from its data directory, in 15 % of
+        // schedules. Drawn from a stream of its own, so that the other
+        // schedules' parameters do not depend on it.
+        std::mt19937_64 crash_rng(seed ^ 0xa5a5'5a5a'c3c3'3c3cull);
+        bool const agent_crash = std::uniform_real_distribution<double>(0, 1)(crash_rng) < 0.15;
+
         agent_options ao;
         ao.session_ttl_min = 100ms;
         ao.level = log_level::off;
         ao.log_stream = nullptr;
-        w.start_agent(ao);
+        w.start_agent(ao, agent_crash);
         checker ck(w, result.stats, options.long_pauses);
         ck.healed_at = st.heal;
         w.partitioned.assign(static_cast<std::size_t>(st.clients), false);
@@ -387,6 +398,16 @@ sim_result run_schedule(std::uint64_t seed, sim_options const& options) {
             faults << fmt(" agent-pause(%.3f+%.3f)", secs(start), secs(len));
             w.at(start, [&w, len] { w.pause(w.agent_process(), len); });
         }
+        if (agent_crash) {
+            auto pick = [&](nanoseconds lo, nanoseconds hi) {
+                return nanoseconds{std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(crash_rng)};
+            };
+            auto const down = pick(10ms, st.ttl);
+            auto const start = pick(500ms, st.heal - 500ms - down);
+            faults << fmt(" agent-crash(%.3f+%.3f)", secs(start), secs(down));
+            w.at(start, [&w] { w.crash_agent(); });
+            w.at(start + down, [&w] { w.restart_agent(); });
+        }
         w.at(st.heal, [&] {
             w.faults_on = false;
             std::fill(w.partitioned.begin(), w.partitioned.end(), false);
@@ -437,6 +458,7 @@ sim_result run_schedule(std::uint64_t seed, sim_options const& options) {
 
         result.stats.events = w.requests;
         result.stats.invalidations = w.invalidations;
+        result.stats.agent_restarts = static_cast<std::uint64_t>(w.agent_restarts());
         result.stats.lock_delay_refusals = w.lock_delay_refusals;
         result.stats.virtual_seconds = secs(world::now());
         result.ok = ck.violation.empty();

@@ -75,6 +75,7 @@ struct sim_stats {
     std::uint64_t fence_refused = 0;    // stale writes the fence turned away
     std::uint64_t lock_delay_refusals = 0;
     std::uint64_t invalidations = 0;
+    std::uint64_t agent_restarts = 0;   // crashes recovered from the data directory
     double virtual_seconds = 0;
 };
 

@@ -9,6 +9,9 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
 #include <optional>
 
 namespace tenure::sim {
@@ -36,6 +39,11 @@ world::~world() {
     agent_.reset();
     io_.restart();
     io_.poll();  // let the agent's and clients' last handlers unwind
+    crashed_.clear();
+    if (!data_dir_.empty()) {
+        std::error_code ec;
+        std::filesystem::remove_all(data_dir_, ec);
+    }
     auto& w = wsim::world();
     w.context = nullptr;
     w.current = nullptr;
@@ -61,12 +69,26 @@ std::string const& world::name(process const& p) const {
     return none;
 }
 
-void world::start_agent(agent_options options) {
-    agent_process_ = &add_process("agent", 0);
+void world::start_agent(agent_options options, bool durable) {
+    agent_options_ = std::move(options);
+    if (durable) {
+        // tmpfs when there is one: a schedule's fdatasyncs cost microseconds.
+        std::filesystem::path base = std::filesystem::exists("/dev/shm") ? std::filesystem::path("/dev/shm")
+                                                                         : std::filesystem::temp_directory_path();
+        std::string tmpl = (base / "tenure-sim-XXXXXX").string();
+        if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot create a data directory in " + base.string());
+        data_dir_ = tmpl;
+        agent_options_.data_dir = data_dir_;
+    }
+    launch_agent();
+}
+
+void world::launch_agent() {
+    agent_process_ = &add_process(incarnation_ ? "agent#" + std::to_string(incarnation_ + 1) : "agent", 0);
     agent_process_->drift_ppm = 0;  // the reference the others drift against
     // Constructed and started as the agent's process, so its timers are its.
     process_executor::run_as(agent_process_, [&] {
-        agent_ = std::make_unique<tenure::agent>(executor(*agent_process_), std::move(options));
+        agent_ = std::make_unique<tenure::agent>(executor(*agent_process_), agent_options_);
         // Count (and trace) what the agent does to sessions and acquires.
         auto& sm = detail::agent_access::state(*agent_);
         sm.on_invalidate = [this, next = std::move(sm.on_invalidate)](auto const& session, auto cause) {
@@ -130,8 +152,28 @@ asio::awaitable<void> sleep_for(nanoseconds d) {
 // itself runs on the agent's process (its clock, its pauses).
 class faulty_transport final : public transport {
 public:
-    faulty_transport(world& w, int id, std::shared_ptr<transport> inner)
-        : world_(w), id_(id), inner_(std::move(inner)) {}
+    faulty_transport(world& w, int id, std::string token) : world_(w), id_(id), token_(std::move(token)) {
+        world_.transports_.push_back(this);
+    }
+    ~faulty_transport() override {
+        std::erase(world_.transports_, this);
+        if (inner_) inner_->close();
+    }
+
+    // The agent died: its connections reset. What was in flight fails at
+    // once, as a TCP reset tells a client; what was parked on the agent goes
+    // with its process (the agent's handlers are dropped).
+    void agent_crashed() {
+        if (inner_) inner_->close();
+        inner_.reset();
+        for (auto& w : in_flight_) {
+            auto x = w.lock();
+            if (!x || x->answered.is_set()) continue;
+            x->error = std::make_exception_ptr(consul::api_error(asio::error::connection_reset, 0, x->what));
+            x->answered.set();
+        }
+        in_flight_.clear();
+    }
 
     asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
                                         detail::clock::time_point deadline) override {
@@ -151,9 +193,30 @@ public:
         if (timed_out) throw consul::api_error(asio::error::timed_out, 0, what);
         throw consul::api_error(asio::error::operation_aborted, 0, what);  // unreachable
     }
-    void close() override { inner_->close(); }
+    void close() override {
+        if (inner_) inner_->close();
+    }
 
 private:
+    struct exchange {
+        exchange(asio::any_io_executor ex, std::string w) : answered(std::move(ex)), what(std::move(w)) {}
+        detail::event answered;
+        std::string what;
+        std::optional<http_response> answer;
+        std::exception_ptr error;
+    };
+
+    // The connection to the agent that runs now (a new one after a restart).
+    std::shared_ptr<transport> inner() {
+        if (!world_.agent_up()) return nullptr;
+        if (!inner_ || inner_incarnation_ != world_.incarnation_) {
+            if (inner_) inner_->close();
+            inner_ = detail::make_inprocess_transport(world_.executor(world_.agent_process()), world_.agent(), token_);
+            inner_incarnation_ = world_.incarnation_;
+        }
+        return inner_;
+    }
+
     enum class fate { deliver, drop_request, drop_answer, duplicate, reset, status_429, status_5xx };
 
     fate draw() {
@@ -188,15 +251,14 @@ private:
     // hands its answer back through an event the client awaits.
     asio::awaitable<http_response> on_agent(http::verb method, std::string target, std::string body,
                                             nanoseconds left) {
-        struct exchange {
-            explicit exchange(asio::any_io_executor ex) : answered(std::move(ex)) {}
-            detail::event answered;
-            std::optional<http_response> answer;
-            std::exception_ptr error;
-        };
-        auto x = std::make_shared<exchange>(co_await asio::this_coro::executor);
+        auto const what = std::string(http::to_string(method)) + " " + target;
+        auto x = std::make_shared<exchange>(co_await asio::this_coro::executor, what);
+        auto inner = this->inner();
+        if (!inner) throw consul::api_error(asio::error::connection_refused, 0, what);
+        std::erase_if(in_flight_, [](auto const& w) { return w.expired(); });
+        in_flight_.push_back(x);
         // (Named, not temporaries of a co_await expression: g++ 12 destroys those twice.)
-        auto request = [inner = inner_, method, target = std::move(target), body = std::move(body),
+        auto request = [inner, method, target = std::move(target), body = std::move(body),
                         left]() mutable -> asio::awaitable<http_response> {
             co_return co_await inner->send(method, std::move(target), std::move(body), detail::clock::now() + left);
         };
@@ -239,9 +301,13 @@ private:
         }
         if (auto d = delay(); d > nanoseconds::zero()) co_await sleep_for(d);
         auto const left = deadline - detail::clock::now();
+        if (!world_.agent_up()) {
+            world_.log.add("client " + std::to_string(id_) + ": " + what + " connection refused");
+            throw consul::api_error(asio::error::connection_refused, 0, what);
+        }
         if (f == fate::duplicate) {
             // The copy is applied too; its answer goes nowhere.
-            auto copy = [inner = inner_, method, target, body, left]() -> asio::awaitable<void> {
+            auto copy = [inner = inner(), method, target, body, left]() -> asio::awaitable<void> {
                 try {
                     auto ignored = co_await inner->send(method, target, body, detail::clock::now() + left);
                     (void)ignored;
@@ -262,18 +328,37 @@ private:
 
     world& world_;
     int id_;
+    std::string token_;
     std::shared_ptr<transport> inner_;
+    int inner_incarnation_ = 0;
+    std::vector<std::weak_ptr<exchange>> in_flight_;
 };
 
 std::unique_ptr<consul::client> world::make_client(process& p, int id, consul::client_config config) {
     consul::transport_factory factory = [this, id](asio::any_io_executor, consul::client_config const& c) {
-        std::shared_ptr<transport> inner =
-            detail::make_inprocess_transport(executor(agent_process()), agent(), c.token);
-        return std::shared_ptr<transport>(std::make_shared<faulty_transport>(*this, id, std::move(inner)));
+        return std::shared_ptr<transport>(std::make_shared<faulty_transport>(*this, id, c.token));
     };
     std::unique_ptr<consul::client> c;
     process_executor::run_as(&p, [&] { c = std::make_unique<consul::client>(executor(p), factory, config); });
     return c;
+}
+
+void world::crash_agent() {
+    if (!agent_) return;
+    log.add("agent crashes");
+    // Not as its process: a paused process is killed too.
+    detail::agent_access::crash(*agent_);
+    agent_process_->dead = true;
+    crashed_.push_back(std::move(agent_));
+    for (auto* t : transports_) t->agent_crashed();
+}
+
+void world::restart_agent() {
+    if (agent_) return;
+    ++incarnation_;
+    launch_agent();
+    auto const& r = agent_options_.data_dir;
+    log.add("agent restarts from " + std::string(r.empty() ? "nothing" : "its data directory"));
 }
 
 }  // namespace tenure::sim

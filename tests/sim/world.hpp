@@ -26,6 +26,8 @@
 
 namespace tenure::sim {
 
+class faulty_transport;
+
 namespace asio = boost::asio;
 using detail::sim::process;
 using detail::sim::process_executor;
@@ -73,10 +75,21 @@ public:
     asio::any_io_executor executor(process& p);
     std::string const& name(process const& p) const;
 
-    // The agent, on its own process.
-    void start_agent(agent_options options);
+    // The agent, on its own process. `durable`: its state is kept in a fresh
+    // data directory (on tmpfs when there is one), so that it can crash and
+    // restart from it.
+    void start_agent(agent_options options, bool durable = false);
+    // The agent that runs now (between a crash and its restart: none).
     tenure::agent& agent() noexcept { return *agent_; }
+    bool agent_up() const noexcept { return agent_ != nullptr; }
     process& agent_process() noexcept { return *agent_process_; }
+    // As SIGKILL: the agent's process dies with whatever it had not yet
+    // committed to its data directory, and every connection to it resets.
+    void crash_agent();
+    // A new agent process recovers the data directory (every session gets a
+    // fresh TTL x 2, lock-delays are gone) and clients reconnect to it.
+    void restart_agent();
+    int agent_restarts() const noexcept { return incarnation_; }
 
     // A client on process p whose requests go through the fault injector.
     std::unique_ptr<consul::client> make_client(process& p, int id, consul::client_config config);
@@ -102,6 +115,7 @@ public:
 
 private:
     friend class faulty_transport;
+    void launch_agent();
     // Declared before io_, so destroyed after it: handlers the io_context
     // still holds when it goes refer to their processes.
     std::vector<std::unique_ptr<process>> processes_;
@@ -109,7 +123,14 @@ private:
     process* agent_process_ = nullptr;
     asio::io_context io_;
     std::mt19937_64 rng_;
+    agent_options agent_options_;
+    std::string data_dir_;  // removed by the destructor
+    int incarnation_ = 0;   // restarts so far
     std::unique_ptr<tenure::agent> agent_;
+    // Crashed agents stay until the world ends: their dead process's
+    // handlers, dropped as they come due, still refer to them.
+    std::vector<std::unique_ptr<tenure::agent>> crashed_;
+    std::vector<faulty_transport*> transports_;  // to reset on a crash
 };
 
 }  // namespace tenure::sim
