@@ -9,6 +9,7 @@
 #include "agent_process.hpp"
 #include "etcd_process.hpp"
 #include "http_client.hpp"
+#include "process_io.hpp"
 
 #include <tenure/etcd/client.hpp>
 
@@ -55,25 +56,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int remaining_ms(steady::time_point deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
-    return left < 0 ? 0 : static_cast<int>(left);
-}
-
-std::string slurp(int fd) {
-    std::string out;
-    char chunk[4096];
-    off_t off = 0;
-    for (;;) {
-        ssize_t n = ::pread(fd, chunk, sizeof chunk, off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        out.append(chunk, static_cast<std::size_t>(n));
-        off += n;
-    }
-    return out;
-}
-
 // A `tenure` process: stdout through a pipe (read line by line), stderr into
 // an unlinked temporary file, stdin a pipe (or /dev/null). The destructor
 // stops it (SIGTERM, then SIGKILL) if it still runs.
@@ -114,7 +96,7 @@ public:
             ::close(in[0]);
             in_fd_ = in[1];
         }
-        pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+        pidfd_ = open_pidfd(pid_);
     }
 
     ~tenure_process() {
@@ -207,7 +189,7 @@ public:
         }
     }
 
-    std::string err() const { return slurp(err_fd_); }
+    std::string err() const { return read_all(err_fd_); }
 
 private:
     pid_t pid_ = -1;
@@ -602,7 +584,7 @@ BOOST_AUTO_TEST_CASE(unacknowledged_renewals_stop_the_child_by_the_local_deadlin
     tenure_process p(lock_args("itest/jeopardy", "trap '' TERM; echo pid $$; while :; do sleep 0.05; done",
                                {"-session-ttl", "1s", "-kill-grace", "300ms", "-verbose"}));
     pid_t const child = std::stoi(p.expect_line("pid ").substr(4));
-    int const child_fd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+    int const child_fd = open_pidfd(child);
     BOOST_TEST_REQUIRE(child_fd >= 0);
     struct thaw {
         pid_t agent;

@@ -1,4 +1,5 @@
 #include "etcd_process.hpp"
+#include "process_io.hpp"
 
 #include "http_client.hpp"
 
@@ -34,34 +35,6 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-int remaining_ms(steady::time_point deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
-    return left < 0 ? 0 : static_cast<int>(left);
-}
-
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-    (void)pid;
-    return -1;
-#endif
-}
-
-std::string read_all(int fd) {
-    std::string out;
-    char chunk[4096];
-    off_t off = 0;
-    for (;;) {
-        ssize_t n = ::pread(fd, chunk, sizeof chunk, off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        out.append(chunk, static_cast<std::size_t>(n));
-        off += n;
-    }
-    return out;
-}
 
 // The last `max` bytes of a log, for exception messages.
 std::string tail(std::string s, std::size_t max = 6000) {
