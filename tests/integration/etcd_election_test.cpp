@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "etcd_member.hpp"
+#include "pending_acquire.hpp"
 #include "run_on.hpp"
 
 #include <tenure/election.hpp>
@@ -95,34 +96,7 @@ tenure::session_options opts(std::chrono::seconds ttl = 3s) {
 
 std::int64_t lease_of(tenure::session const& s) { return static_cast<std::int64_t>(std::stoull(s.id(), nullptr, 16)); }
 
-// A candidate acquiring in the background; done/result observable.
-struct pending {
-    explicit pending(asio::any_io_executor ex) : wake(ex, steady::time_point::max()) {}
-    asio::steady_timer wake;
-    bool done = false;
-    tenure::leadership_scope scope;
-    boost::system::error_code ec;
-    steady::time_point at;
-
-    void start(tenure::election& e) {
-        e.acquire([this](boost::system::error_code c, tenure::leadership_scope s) {
-            ec = c;
-            scope = std::move(s);
-            done = true;
-            at = steady::now();
-            wake.cancel();
-        });
-    }
-    // True once done, false when `limit` passed first.
-    asio::awaitable<bool> wait(std::chrono::milliseconds limit) {
-        auto const deadline = steady::now() + limit;
-        while (!done && steady::now() < deadline) {
-            wake.expires_at(deadline);
-            co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
-        }
-        co_return done;
-    }
-};
+using pending = tenure::itest::pending_acquire;
 
 // ---- etcdctl as a child process ------------------------------------------------------
 

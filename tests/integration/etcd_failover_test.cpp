@@ -14,6 +14,7 @@
 
 #include "etcd_member.hpp"
 #include "fault_proxy.hpp"
+#include "pending_acquire.hpp"
 
 #include <tenure/election.hpp>
 #include <tenure/error.hpp>
@@ -84,33 +85,7 @@ tenure::session_options opts(std::chrono::seconds ttl) {
 
 std::int64_t lease_of(std::string const& hex) { return static_cast<std::int64_t>(std::stoull(hex, nullptr, 16)); }
 
-// A candidate acquiring in the background; done/result observable.
-struct pending {
-    explicit pending(asio::any_io_executor ex) : wake(ex, steady::time_point::max()) {}
-    asio::steady_timer wake;
-    bool done = false;
-    tenure::leadership_scope scope;
-    boost::system::error_code ec;
-    steady::time_point at;
-
-    void start(tenure::election& e) {
-        e.acquire([this](boost::system::error_code c, tenure::leadership_scope s) {
-            ec = c;
-            scope = std::move(s);
-            done = true;
-            at = steady::now();
-            wake.cancel();
-        });
-    }
-    asio::awaitable<bool> wait(std::chrono::milliseconds limit) {
-        auto const deadline = steady::now() + limit;
-        while (!done && steady::now() < deadline) {
-            wake.expires_at(deadline);
-            co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
-        }
-        co_return done;
-    }
-};
+using pending = tenure::itest::pending_acquire;
 
 // A level-triggered flag several coroutines can await.
 struct signal_flag {
