@@ -738,6 +738,7 @@ campaign_run campaign_loop(std::uint64_t k, asio::cancellation_type type) {
 // ---- driving -------------------------------------------------------------------
 
 int failures = 0;
+std::uint64_t runs = 0;  // worlds run
 
 // Cancels at k = 1, 2, ... until the operation completes before its k-th
 // suspension point (or up to `horizon`); the points covered.
@@ -747,6 +748,7 @@ std::uint64_t cover(std::string const& name, asio::cancellation_type type,
     std::uint64_t aborted = 0, covered = 0;
     for (std::uint64_t k = 1;; ++k) {
         auto o = one(k, type);
+        ++runs;
         if (verbose)
             std::printf("  %s %s k=%llu: %s%s\n", name.c_str(), type_name(type), static_cast<unsigned long long>(k),
                         !o.emitted ? "completed first" : o.aborted ? "operation_aborted" : "completed anyway",
@@ -800,6 +802,7 @@ int run(int argc, char** argv) {
     cover("session create", ct::terminal, session_create);
     cover("session close (B waiting)", ct::terminal, session_close);
     auto const reference = campaign_loop(0, ct::terminal);
+    ++runs;
     if (!reference.outcome.violation.empty()) {
         ++failures;
         std::printf("VIOLATION campaign (reference run): %s\n", reference.outcome.violation.c_str());
@@ -809,7 +812,8 @@ int run(int argc, char** argv) {
     }
 
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::printf("tenure_sim_cancel: %s in %.2f s wall\n", failures == 0 ? "all passed" : "FAILED", wall);
+    std::printf("tenure_sim_cancel: %llu runs, %s in %.2f s wall\n", static_cast<unsigned long long>(runs),
+                failures == 0 ? "all passed" : "FAILED", wall);
     return failures == 0 ? 0 : 1;
 }
 
