@@ -53,6 +53,8 @@
 #include <boost/asio/post.hpp>
 
 #include <chrono>
+#include <csignal>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -315,43 +317,62 @@ public:
     }
 
     // ---- setup steps (uncancelled) ----
+    // Their handlers keep what they fill in alive themselves (a handler
+    // that ran late or twice must not write into a returned frame) and
+    // count their calls: setup operations complete exactly once too.
+    template <class T>
+    struct outcome {
+        int calls = 0;
+        error_code ec;
+        std::optional<T> value;
+    };
+    template <class T>
+    auto filler(std::shared_ptr<outcome<T>> const& o) {
+        return [o](error_code ec, T v) {
+            if (++o->calls > 1) fatal("a setup operation completed twice");
+            o->ec = ec;
+            o->value.emplace(std::move(v));
+        };
+    }
     session make_session(consul::client& c, process& p, session_options o) {
-        std::optional<std::pair<error_code, session>> r;
-        process_executor::run_as(&p, [&] {
-            session::create(c, std::move(o), [&r](error_code ec, session s) { r.emplace(ec, std::move(s)); });
-        });
-        if (!run_until([&] { return r.has_value(); }, 60s) || r->first) fatal("setup: session::create failed");
-        sessions_made.push_back(detail::session_access::impl(r->second));
-        return std::move(r->second);
+        auto r = std::make_shared<outcome<session>>();
+        process_executor::run_as(&p, [&] { session::create(c, std::move(o), filler(r)); });
+        if (!run_until([&] { return r->calls > 0; }, 60s) || r->ec) fatal("setup: session::create failed");
+        sessions_made.push_back(detail::session_access::impl(*r->value));
+        return std::move(*r->value);
     }
     leadership_scope take(election& e, process& p) {
-        std::optional<std::pair<error_code, leadership_scope>> r;
-        process_executor::run_as(&p, [&] {
-            e.acquire([&r](error_code ec, leadership_scope s) { r.emplace(ec, std::move(s)); });
-        });
-        if (!run_until([&] { return r.has_value(); }, 60s) || r->first || !r->second.held())
+        auto r = std::make_shared<outcome<leadership_scope>>();
+        process_executor::run_as(&p, [&] { e.acquire(filler(r)); });
+        if (!run_until([&] { return r->calls > 0; }, 60s) || r->ec || !r->value->held())
             fatal("setup: acquire failed");
-        return std::move(r->second);
+        return std::move(*r->value);
     }
     leadership_scope take(semaphore& s, process& p) {
-        std::optional<std::pair<error_code, leadership_scope>> r;
-        process_executor::run_as(&p, [&] {
-            s.acquire([&r](error_code ec, leadership_scope l) { r.emplace(ec, std::move(l)); });
-        });
-        if (!run_until([&] { return r.has_value(); }, 60s) || r->first || !r->second.held())
+        auto r = std::make_shared<outcome<leadership_scope>>();
+        process_executor::run_as(&p, [&] { s.acquire(filler(r)); });
+        if (!run_until([&] { return r->calls > 0; }, 60s) || r->ec || !r->value->held())
             fatal("setup: semaphore acquire failed");
-        return std::move(r->second);
+        return std::move(*r->value);
     }
     void close(session& s, process& p) {
         if (!s.valid()) return;
-        bool closed = false;
-        process_executor::run_as(&p, [&] { s.close([&closed](error_code) { closed = true; }); });
-        if (!run_until([&] { return closed; }, 60s)) fail("a session's close() did not complete");
+        auto calls = std::make_shared<int>(0);
+        process_executor::run_as(&p, [&] {
+            s.close([calls](error_code) {
+                if (++*calls > 1) fatal("a session's close() completed twice");
+            });
+        });
+        if (!run_until([&] { return *calls > 0; }, 60s)) fail("a session's close() did not complete");
     }
     void release(leadership_scope& l, process& p) {
-        bool done = false;
-        process_executor::run_as(&p, [&] { l.release([&done](error_code) { done = true; }); });
-        if (!run_until([&] { return done; }, 60s)) fail("a release() did not complete");
+        auto calls = std::make_shared<int>(0);
+        process_executor::run_as(&p, [&] {
+            l.release([calls](error_code) {
+                if (++*calls > 1) fatal("a release() completed twice");
+            });
+        });
+        if (!run_until([&] { return *calls > 0; }, 60s)) fail("a release() did not complete");
     }
     // At time `at`, as B: release `l`.
     void release_at(nanoseconds at, leadership_scope& l) {
@@ -738,6 +759,15 @@ campaign_run campaign_loop(std::uint64_t k, asio::cancellation_type type) {
 // ---- driving -------------------------------------------------------------------
 
 int failures = 0;
+char current_run[160] = "";  // for a crash report
+
+extern "C" void report_crash(int sig) {
+    char line[256];
+    int n = std::snprintf(line, sizeof line, "tenure_sim_cancel: signal %d during %s\n", sig, current_run);
+    if (n > 0) (void)!write(2, line, static_cast<std::size_t>(n));
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
 std::uint64_t runs = 0;  // worlds run
 
 // Cancels at k = 1, 2, ... until the operation completes before its k-th
@@ -747,6 +777,8 @@ std::uint64_t cover(std::string const& name, asio::cancellation_type type,
                     std::uint64_t horizon = 0) {
     std::uint64_t aborted = 0, covered = 0;
     for (std::uint64_t k = 1;; ++k) {
+        std::snprintf(current_run, sizeof current_run, "%s, %s cancellation at k=%llu, latency %lld ns", name.c_str(),
+                      type_name(type), static_cast<unsigned long long>(k), static_cast<long long>(latency.count()));
         auto o = one(k, type);
         ++runs;
         if (verbose)
@@ -781,6 +813,8 @@ int run(int argc, char** argv) {
             return 2;
         }
     }
+    std::signal(SIGSEGV, report_crash);
+    std::signal(SIGABRT, report_crash);
     auto const started = std::chrono::steady_clock::now();
     using ct = asio::cancellation_type;
     ct const all_types[] = {ct::terminal, ct::partial, ct::total};
