@@ -106,7 +106,8 @@ public:
     }
 
     /// Releases the key (`?release=` on Consul, a delete on etcd): no lock-delay
-    /// for the next holder. Does nothing for an empty or already released scope.
+    /// for the next holder. Does nothing for an empty or already released scope
+    /// (a release that failed or was cancelled is sent again).
     /// On Consul a release answered 429 or 503 (a rate limit: come back later)
     /// is sent again, after 50 ms doubling up to 1 s, until the session's local
     /// deadline: given up, the key would stay held until the session ended.
@@ -114,7 +115,8 @@ public:
     /// @async_completion{void(boost::system::error_code)}
     /// @async_cancellation
     /// Terminal: completes with `operation_aborted`; the key may stay held until
-    /// the session ends.
+    /// it is released again (release(), the session's close() or the scope's
+    /// destructor send it again) or the session ends.
     /// @async_errors
     /// Transport and HTTP errors of the release (a 429 or 503 only once the
     /// session's local deadline is near).

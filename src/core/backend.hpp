@@ -166,6 +166,10 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     std::string value;
     std::uint64_t token = 0;
     scope_status status = scope_status::held;
+    // The last release sent did not go through (an error, a cancellation):
+    // the key may still be held, and the next release(), close() or the
+    // scope's destructor sends it again.
+    bool release_failed = false;
     boost::system::error_code reason;
     event lost_event;
     asio::cancellation_signal monitor_cancel;
@@ -198,7 +202,8 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     void start_monitor();
     void lose(boost::system::error_code why);
     // Marks the scope released and stops the monitor (or lets it end with the
-    // release); true when the caller should send the release to the server.
+    // release); true when the caller should send the release to the server
+    // (also again after a release that failed).
     bool begin_release();
     // send_release(), stopping the monitor if the release fails.
     asio::awaitable<void> release_remote();

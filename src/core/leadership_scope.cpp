@@ -37,8 +37,12 @@ asio::awaitable<std::uint64_t> scope_state::transfer(std::string, boost::system:
 bool scope_state::begin_release() {
     // A scope lost to its own lease may still hold the key on the server:
     // releasing it lets the next leader in without waiting for lock-delay.
+    // So may a scope whose release failed or was cancelled before it went
+    // through: it is sent again (a release that reaches the server twice
+    // changes nothing the second time).
     bool send = status == scope_status::held ||
-                (status == scope_status::lost && reason == make_error_code(error::lease_expired_locally));
+                (status == scope_status::lost && reason == make_error_code(error::lease_expired_locally)) ||
+                (status == scope_status::released && release_failed);
     if (status == scope_status::held) {
         status = scope_status::released;
         leadership_event e;
@@ -56,9 +60,11 @@ bool scope_state::begin_release() {
 
 asio::awaitable<void> scope_state::release_remote() {
     auto self = shared_from_this();
+    release_failed = false;  // one at a time: a release in flight is not sent again
     try {
         co_await send_release();
     } catch (...) {
+        release_failed = true;
         monitor_cancel.emit(asio::cancellation_type::terminal);
         throw;
     }

@@ -67,17 +67,26 @@ struct rethrow_signature<void> {
 enum class cancel_on { terminal, any };
 
 // Between the handler's cancellation slot and the coroutine: co_spawn lets
-// terminal through only, and drops a request made before the coroutine first
-// runs. The forwarder passes the accepted types on as terminal (for a wait
-// the three mean the same), and remembers a request so that a coroutine
-// that has not started yet does not start.
+// terminal through only. The forwarder passes the accepted types on as
+// terminal (for a wait the three mean the same), and remembers a request so
+// that a coroutine that has not started yet does not start.
+//
+// A request made before the coroutine's first step is not passed on to
+// co_spawn at all: Asio 1.81's co_spawn_entry_point, resumed with its
+// cancellation state already cancelled, throws operation_aborted from its
+// `co_await f()` (caught) and again from the `co_await post(...)` after it,
+// outside its try block, which ends in std::terminate. Once the coroutine
+// runs, it has been resumed through a handler before the entry point awaits
+// anything again, and the post is skipped.
 struct cancel_forwarder {
     boost::asio::cancellation_signal signal;
     bool requested = false;
+    bool started = false;  // the coroutine's first step ran: requests go on to co_spawn
 };
 
 template <class T>
 boost::asio::awaitable<T> unless_cancelled(std::shared_ptr<cancel_forwarder> f, boost::asio::awaitable<T> op) {
+    f->started = true;
     if (f->requested) throw boost::system::system_error(boost::asio::error::operation_aborted);
     co_return co_await std::move(op);
 }
@@ -139,7 +148,7 @@ auto run_bridged(Executor const& ex, boost::asio::awaitable<T> op, CompletionTok
                 slot.assign([f = fwd.get(), accepted](boost::asio::cancellation_type t) {
                     if ((t & accepted) == boost::asio::cancellation_type::none) return;
                     f->requested = true;
-                    f->signal.emit(boost::asio::cancellation_type::terminal);
+                    if (f->started) f->signal.emit(boost::asio::cancellation_type::terminal);
                 });
                 op = unless_cancelled(fwd, std::move(op));
             }
