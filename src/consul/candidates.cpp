@@ -41,6 +41,15 @@ std::string decode_transfer_request(std::optional<std::string> const& value) {
     return to && to->is_string() ? std::string(to->as_string()) : std::string{};
 }
 
+std::optional<int> decode_priority_marker(std::optional<std::string> const& value) {
+    if (!value || value->empty()) return std::nullopt;
+    try {
+        return std::stoi(*value);
+    } catch (std::exception const&) {
+        return std::nullopt;
+    }
+}
+
 namespace {
 std::optional<candidate_info> decode_candidate(consul::kv_pair const& p, std::string const& session) {
     candidate_info c;
@@ -63,9 +72,12 @@ registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair
     v.index = index;
     auto const prefix = candidates_prefix(key);
     auto const request = transfer_request_key(key);
+    auto const marker = priority_marker_key(key);
     auto const seen = registry_seen_key(key);
     for (auto const& p : pairs) {
-        if (p.key == seen) {
+        if (p.key == marker) {
+            v.marker = p;
+        } else if (p.key == seen) {
             v.seen = p;
         } else if (p.key == key) {
             v.lock = p;

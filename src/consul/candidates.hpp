@@ -5,6 +5,7 @@
 //   <key>.candidates/<session id>  one per waiting candidate, locked by its session,
 //                                  flags candidate_flag_value, value
 //                                  {"Name":..,"Value":..,"Priority":N,"Nonce":..}
+//   <key>.candidates/.max          the highest priority ever registered (decimal)
 //   <key>.candidates/.seen         rewritten by every registration and removal
 //   <key>.transfer                 an operator's transfer request (`tenure transfer`),
 //                                  flags transfer_flag_value, value {"To":"<name or id>"}
@@ -31,6 +32,11 @@ inline std::string candidate_key(std::string const& key, std::string const& sess
     return candidates_prefix(key) + session;
 }
 inline std::string transfer_request_key(std::string const& key) { return key + ".transfer"; }
+// The highest priority a candidate ever registered with (decimal; raised by
+// compare-and-set, never lowered): a waiter whose own priority is not below
+// it has nobody to defer to, and reads nothing more than this on a freed key.
+inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
+std::optional<int> decode_priority_marker(std::optional<std::string> const& value);
 // Rewritten (with a fresh value) by every registration and removal: a holder
 // that saw the registry empty at this key's ModifyIndex knows it still is
 // while the index has not moved, and releases with one transaction
@@ -55,6 +61,7 @@ struct registry_view {
     std::vector<candidate_info> live;        // best first
     std::vector<consul::kv_pair> stale;      // entries whose session has ended (prunable)
     std::optional<consul::kv_pair> request;  // <key>.transfer
+    std::optional<consul::kv_pair> marker;   // <key>.candidates/.max
     std::optional<consul::kv_pair> seen;     // <key>.candidates/.seen
     std::uint64_t index = 0;
 };

@@ -542,11 +542,15 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 entry.value = encode_candidate(options.name, value, eopts.priority, next_spread_seed());
                 entry.flags = candidate_flag_value;
                 entry.session = id;
+                // The same transaction reads the priority marker back.
+                consul::txn_op marker;
+                marker.verb = "get-or-empty";
+                marker.key = priority_marker_key(key);
                 consul::txn_op seen;
                 seen.verb = "set";
                 seen.key = registry_seen_key(key);
                 seen.value = std::to_string(next_spread_seed());
-                std::vector<consul::txn_op> ops{std::move(entry), std::move(seen)};
+                std::vector<consul::txn_op> ops{std::move(entry), std::move(marker), std::move(seen)};
                 reg.active = true;
                 std::optional<consul::txn_result> t;
                 try {
@@ -554,9 +558,32 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 } catch (system_error const& ex) {
                     if (is_abort(ex)) throw;
                 }
-                if (t && t->committed && t->results.size() == 2) {
+                if (t && t->committed && t->results.size() == 3) {
                     reg.since = t->results.front().create_index;
                     reg.modify_index = t->results.front().modify_index;
+                    // A new highest priority: raise the marker (compare-and-set; a
+                    // lost race is looked at again once).
+                    auto const& m = t->results[1];
+                    std::optional<int> known = decode_priority_marker(m.value);
+                    std::uint64_t at = m.modify_index;
+                    for (int attempt = 0; attempt < 2 && eopts.priority > 0 && (!known || *known < eopts.priority);
+                         ++attempt) {
+                        consul::put_options po;
+                        po.cas = at;
+                        bool raised = false;
+                        try {
+                            std::string mk = priority_marker_key(key);
+                            std::string mv = std::to_string(eopts.priority);
+                            raised = co_await coro(client).kv_put(mk, std::move(mv), po);
+                            if (raised) break;
+                            auto again = co_await coro(client).kv_get(std::move(mk), consistent_read());
+                            known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
+                            at = again.value ? again.value->modify_index : 0;
+                        } catch (system_error const& ex) {
+                            if (is_abort(ex)) throw;
+                            break;
+                        }
+                    }
                 }
             }
             // Held by another candidate: learn its LockDelay once, then block.
@@ -583,13 +610,23 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
         }
 
+        bool higher_may_wait = false;
         if (reg.active && !once && grace > clock::duration::zero()) {
-            // Priority, then the wait: the live candidate that ranks first
-            // (ranks_before) gets the freed key; the others defer to it for
-            // the grace (after the old holder's lock-delay), woken by any
-            // change of the key or the registry, then try. The first read
-            // happens while the old holder's lock-delay runs, so the first
-            // in rank pays for it only on a key freed without one.
+            // Anyone of a higher priority than ours registered? One small read.
+            try {
+                std::string mk = priority_marker_key(key);
+                auto m = co_await coro(client).kv_get(std::move(mk), consistent_read());
+                auto const top = m.value ? decode_priority_marker(m.value->value) : std::nullopt;
+                higher_may_wait = top && *top > eopts.priority;
+            } catch (system_error const& ex) {
+                if (is_abort(ex)) throw;
+            }
+        }
+        if (higher_may_wait) {
+            // Priority: a live candidate of a higher priority gets the freed
+            // key first; we defer to it for the grace (after the old holder's
+            // lock-delay), woken by any change of the key or the registry,
+            // then try.
             if (!free_since) free_since = clock::now();
             auto const deadline = *free_since + holder_delay + grace;
             candidate_info const me{id, options.name, value, eopts.priority, reg.since};
@@ -611,7 +648,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 if (!v->stale.empty()) co_await prune_stale(client, v->stale);
                 auto best = std::find_if(v->live.begin(), v->live.end(),
                                          [&](candidate_info const& c) { return c.session != id; });
-                if (best == v->live.end() || !ranks_before(*best, me) || clock::now() >= deadline) break;
+                if (best == v->live.end() || best->priority <= me.priority || clock::now() >= deadline) break;
                 rindex = consul::next_wait_index(rindex, v->index);
             }
             if (taken) {
