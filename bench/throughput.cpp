@@ -33,6 +33,7 @@
 // candidate). --quick: 2 s per configuration (the default); --full: 10 s.
 #include "alloc_count.hpp"  // this executable's operator new counts (the one TU that includes it)
 #include "common.hpp"
+#include "raw_http.hpp"
 
 #include <tenure/busy_poll.hpp>
 #include "net/duration.hpp"
@@ -191,18 +192,18 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
 }
 
 // The floor under every HTTP row: one raw HTTP/1.1 round trip to the same
-// agent over a blocking socket (no tenure code on the client side), a GET of
-// a missing key. A cycle needs at least two round trips (the lock, the
-// release), so one candidate can do at most 1 / (2 x p50) cycles per second.
+// agent over a blocking socket (no tenure code on the client side: Beast
+// directly, raw_http.hpp), a GET of a missing key. A cycle needs at least two
+// round trips (the lock, the release), so one candidate can do at most
+// 1 / (2 x p50) cycles per second.
 template <class Socket>
-void print_floor(Socket& sock, char const* over) {
-    std::string const req = "GET /v1/kv/bench/floor HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+void print_floor(Socket sock, char const* over) {
+    raw::connection<Socket> conn(std::move(sock));
+    std::string const req = raw::request("GET", "/v1/kv/bench/floor");
     std::vector<double> rtt;
-    std::array<char, 4096> buf{};
     for (int i = 0; i < 20000; ++i) {
         auto const t0 = steady::now();
-        asio::write(sock, asio::buffer(req));
-        sock.read_some(asio::buffer(buf));  // the 404 answer fits one segment
+        conn.round_trip(req);
         if (i >= 1000) rtt.push_back(ms(steady::now() - t0) * 1000.0);
     }
     double const p50 = pct(rtt, 50);
@@ -264,14 +265,13 @@ void print_floor(std::string const& url) {
     if (url.starts_with("unix://")) {
         asio::local::stream_protocol::socket sock(io);
         sock.connect(asio::local::stream_protocol::endpoint(url.substr(7)));
-        print_floor(sock, "a Unix socket");
+        print_floor(std::move(sock), "a Unix socket");
         return;
     }
-    auto const port = static_cast<unsigned short>(std::stoi(url.substr(url.rfind(':') + 1)));
     asio::ip::tcp::socket sock(io);
-    sock.connect({asio::ip::make_address("127.0.0.1"), port});
+    sock.connect({asio::ip::make_address("127.0.0.1"), raw::port_of(url)});
     sock.set_option(asio::ip::tcp::no_delay(true));
-    print_floor(sock, "loopback TCP");
+    print_floor(std::move(sock), "loopback TCP");
 }
 
 void print_header() {
