@@ -32,6 +32,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #ifndef TENURE_BINARY
@@ -111,6 +112,15 @@ inline double cpu_seconds(pid_t pid) {
         }
     }
     return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// User + system CPU seconds of this process (getrusage: microsecond
+// resolution, where /proc/<pid>/stat counts clock ticks).
+inline double self_cpu_seconds() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    auto sec = [](timeval t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
 inline std::string machine() {

@@ -7,7 +7,7 @@
 //   failover [--quick | --full] [--scenario LIST] [--backend LIST] [--candidates LIST]
 //            [--handovers N] [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D]
 //            [--hold-ms H] [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N]
-//            [--csv FILE] [--plot DIR]
+//            [--no-raw-floor] [--csv FILE] [--plot DIR]
 //   failover --candidate --consul URL --key KEY --ttl-ms T --lock-delay-ms D   (child mode)
 //   failover --candidate --etcd URL --key NAME --ttl-ms T                      (child mode, etcd)
 //
@@ -82,6 +82,13 @@
 //   lock-delay   the leader's LockDelay (0 for clean and destroy-0).
 //   acquisition  invalidation + lock-delay -> acquire() resolved: the overshoot past
 //                the lock-delay (for clean: key free -> acquire resolved).
+// The raw-API floor (issue 23; failover_floor.cpp; --no-raw-floor to skip it): after
+// each http row of clean, destroy-0 and destroy, the same number of handovers with K raw
+// participants against the same agent, written with Beast directly (one keep-alive
+// connection and one session each): the leader's ?release= (or session destroy), a
+// follower's parked blocking GET returns, it sends one ?acquire= (after an invalidation
+// with LockDelay D, D after its GET returned). Rows of backend "raw"; at the end, a table
+// of tenure's p50 and p99 as ratios to the floor's (and, with D, of the overshoots past D).
 // On etcd and etcdctl: detection = end -> the leader's key deleted, as a watch on the
 // election's prefix sees it; lock-delay 0; acquisition = key deleted -> acquire() resolved
 // (etcdctl: -> the next process printed its key).
@@ -866,7 +873,8 @@ int usage() {
                  "                [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill,transfer,prio-clean,sem-clean]\n"
                  "                [--backend http,inproc,etcd,etcdctl] [--candidates 3,10,100] [--handovers N]\n"
                  "                [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D] [--hold-ms H]\n"
-                 "                [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N] [--csv FILE] [--plot DIR]\n"
+                 "                [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N] [--no-raw-floor]\n"
+                 "                [--csv FILE] [--plot DIR]\n"
                  "       failover --from-csv FILE [--plot DIR]   (table and plots of a previous run)\n";
     return 2;
 }
@@ -933,6 +941,7 @@ int parse_flags(std::vector<std::string> const& args, config& cfg) {
             else if (a == "--plot") cfg.plot_dir = flag_value(args, i);
             else if (a == "--from-csv") cfg.from_csv = flag_value(args, i);
             else if (a == "--etcd-unsafe-no-fsync") cfg.etcd_fsync = false;
+            else if (a == "--no-raw-floor") cfg.raw_floor = false;
             else if (a == "--etcdctl-kill-handovers") cfg.etcdctl_kill_handovers = std::stoi(flag_value(args, i));
             else return usage();
         }
@@ -951,6 +960,7 @@ int print_from_csv(config& cfg) {
         std::printf("failover results read from %s\n", cfg.from_csv.c_str());
         print_header();
         for (auto const& r : results) print_row(r);
+        print_floor_ratios(results);
         if (!cfg.plot_dir.empty()) plot(cfg, results);
         return 0;
     } catch (std::exception const& e) {
@@ -1069,6 +1079,10 @@ asio::awaitable<void> measure_consul_backend(asio::io_context& io, config const&
             run r(cfg, find_scenario(sname), *be, k, self);
             result_set res = co_await r.go();
             rows.add(std::move(res));
+            if (bname == "http" && cfg.raw_floor && has_raw_floor(find_scenario(sname))) {
+                result_set fl = co_await run_raw_floor(cfg, find_scenario(sname), be->url(), k);
+                rows.add(std::move(fl));
+            }
         }
     }
     be->stop();
@@ -1110,6 +1124,7 @@ int main(int argc, char** argv) {
         }
     });
     io.run();
+    print_floor_ratios(rows.results);
     std::printf("load average at the end: %s\n", loadavg().c_str());
     if (!cfg.plot_dir.empty()) plot(cfg, rows.results);
     return rc;

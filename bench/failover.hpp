@@ -84,6 +84,9 @@ struct config {
     bool etcd_fsync = true;
     // etcdctl kill: each handover waits for a 60 s lease (0: skipped).
     int etcdctl_kill_handovers = 0;
+    // http: after each row of a scenario with a raw floor, the same handovers
+    // written with Beast directly against the same agent (failover_floor.cpp).
+    bool raw_floor = true;
 };
 
 // Long TTL for sessions whose TTL plays no part in the scenario.
@@ -176,6 +179,16 @@ int run_candidate(asio::io_context& io, Client& cl, std::string key, std::chrono
     io.run();
     return rc;
 }
+
+// ---- the raw-API floor (failover_floor.cpp) ----
+
+// Whether the scenario has a raw floor: clean, destroy-0, destroy.
+bool has_raw_floor(scenario_def const& sc);
+// The scenario's handovers (cfg.handovers) by K raw participants against the
+// agent at `url` (backend "raw" in the result set).
+asio::awaitable<result_set> run_raw_floor(config const& cfg, scenario_def const& sc, std::string const& url, int k);
+// The table of tenure's http rows against the raw rows that follow them.
+void print_floor_ratios(std::vector<result_set> const& rows);
 
 // ---- etcd (failover_etcd.cpp) ----
 

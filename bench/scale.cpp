@@ -18,11 +18,13 @@
 #include <tenure/election.hpp>
 
 #include "consul/watch_hub.hpp"  // to see when every follower is parked
-#include "common.hpp"                       // child processes, CPU time
+#include "alloc_count.hpp"  // this executable's operator new counts (the one TU that includes it)
+#include "common.hpp"       // child processes, CPU time
 
 #include <boost/asio.hpp>
 #include <boost/process/v2.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -50,7 +52,9 @@ using namespace std::chrono_literals;
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+using bench::alloc_counts;
 using bench::cpu_seconds;
+using bench::self_cpu_seconds;
 using bench::die_with_parent;  // the agent child dies with the bench
 
 long rss_kib(pid_t pid) {
@@ -82,6 +86,8 @@ int established_on(unsigned port) {
 
 struct phase {
     double wall_ms = 0, bench_cpu_s = 0, agent_cpu_s = 0;
+    double rusage_cpu_s = 0;  // the bench's, from getrusage (microseconds, not clock ticks)
+    alloc_counts allocs;      // the bench's operator new calls and bytes in the phase
 };
 
 struct result {
@@ -126,8 +132,12 @@ struct phase_clock {
     pid_t self, agent;
     steady::time_point t0 = steady::now();
     double c0 = cpu_seconds(self), g0 = cpu_seconds(agent);
+    double r0 = self_cpu_seconds();
+    alloc_counts a0 = alloc_counts::now();
 
     void stop(phase& p) const {
+        p.allocs = alloc_counts::now() - a0;
+        p.rusage_cpu_s = self_cpu_seconds() - r0;
         p.wall_ms = ms(steady::now() - t0);
         p.bench_cpu_s = cpu_seconds(self) - c0;
         p.agent_cpu_s = cpu_seconds(agent) - g0;
@@ -263,8 +273,8 @@ int main(int argc, char** argv) {
     ::gethostname(host, sizeof host - 1);
     std::printf("scale: elections on one thread, one client (max_connections %zu), shared watch per prefix\n",
                 max_conn);
-    std::printf("machine: %ld cores, agent %s (pid %d)\n", ::sysconf(_SC_NPROCESSORS_ONLN), url.c_str(),
-                static_cast<int>(agent.id()));
+    std::printf("machine: %s; load average at start: %s; agent %s (pid %d)\n", bench::machine().c_str(),
+                bench::loadavg().c_str(), url.c_str(), static_cast<int>(agent.id()));
 
     std::vector<result> results;
     for (int n : ns) {
@@ -297,6 +307,20 @@ int main(int argc, char** argv) {
                     r.lead.wall_ms, r.lead.bench_cpu_s, r.lead.agent_cpu_s, r.follow.wall_ms, r.relead.wall_ms,
                     r.relead.bench_cpu_s, r.relead.agent_cpu_s, per, r.agent_rss_kib, r.max_client_connections,
                     r.max_agent_connections);
+    }
+    // Per election: the bench's CPU (getrusage) and operator new calls and bytes, per phase.
+    std::printf("load average at the end: %s\n", bench::loadavg().c_str());
+    std::printf("\nper election (the bench process): CPU us (getrusage user + sys), operator new calls, bytes\n");
+    std::printf("%8s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s\n", "N", "lead us", "new", "bytes", "follow us", "new",
+                "bytes", "re-lead us", "new", "bytes");
+    for (auto const& r : results) {
+        double const n = r.n ? double(r.n) : 1;
+        auto per = [n](phase const& p) {
+            return std::array<double, 3>{1e6 * p.rusage_cpu_s / n, double(p.allocs.count) / n, double(p.allocs.bytes) / n};
+        };
+        auto const l = per(r.lead), f = per(r.follow), x = per(r.relead);
+        std::printf("%8d | %9.1f %8.1f %8.0f | %9.1f %8.1f %8.0f | %9.1f %8.1f %8.0f\n", r.n, l[0], l[1], l[2], f[0],
+                    f[1], f[2], x[0], x[1], x[2]);
     }
     std::printf("\nRSS/elec: growth of the bench's RSS from before A campaigns to B's followers parked, divided by N\n"
                 "(one leader scope + one parked follower per election, plus the hub's snapshot of the prefix).\n");

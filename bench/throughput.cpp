@@ -31,7 +31,9 @@
 // the others' terms. Prints cycles/s, the per-cycle latency percentiles, the
 // acquire() part alone, and how evenly the cycles were shared (min/max per
 // candidate). --quick: 2 s per configuration (the default); --full: 10 s.
+#include "alloc_count.hpp"  // this executable's operator new counts (the one TU that includes it)
 #include "common.hpp"
+#include "raw_http.hpp"
 
 #include <tenure/busy_poll.hpp>
 #include "net/duration.hpp"
@@ -78,6 +80,9 @@ struct result {
     int switches = 0;  // cycles whose holder differs from the previous cycle's
     int last_holder = -1;
     double bench_cpu_pct = 0, agent_cpu_pct = -1;  // -1: no agent child
+    // Per measured cycle, this process only (inproc: the agent's work too):
+    // CPU (getrusage user + sys) and operator new calls and bytes.
+    double cpu_us_per_cycle = 0, allocs_per_cycle = 0, bytes_per_cycle = 0;
     std::string failure;  // a candidate that stopped on an error (its cycles end there)
     std::string load;
 };
@@ -151,6 +156,8 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
     auto const start = steady::now();
     pid_t const self = ::getpid(), agent = be.agent_pid();
     double const bench_cpu0 = cpu_seconds(self), agent_cpu0 = agent != self ? cpu_seconds(agent) : 0;
+    double const rusage0 = self_cpu_seconds();
+    auto const allocs0 = alloc_counts::now();
     auto const total = std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(seconds));
     while (steady::now() - start < total) {
         co_await sleep_for(std::min<steady::duration>(total - (steady::now() - start), 500ms));
@@ -158,7 +165,14 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
                      std::chrono::duration<double>(steady::now() - start).count(), r.cycle_ms.size());
     }
     stopping = true;
+    auto const allocs = alloc_counts::now() - allocs0;
+    double const cpu_s = self_cpu_seconds() - rusage0;
     r.elapsed_s = std::chrono::duration<double>(steady::now() - start).count();
+    if (auto const n = static_cast<double>(r.cycle_ms.size()); n > 0) {
+        r.cpu_us_per_cycle = 1e6 * cpu_s / n;
+        r.allocs_per_cycle = static_cast<double>(allocs.count) / n;
+        r.bytes_per_cycle = static_cast<double>(allocs.bytes) / n;
+    }
     r.bench_cpu_pct = 100 * (cpu_seconds(self) - bench_cpu0) / r.elapsed_s;
     if (agent != self) r.agent_cpu_pct = 100 * (cpu_seconds(agent) - agent_cpu0) / r.elapsed_s;
     std::fprintf(stderr, "\n");
@@ -178,18 +192,18 @@ asio::awaitable<result> measure(backend& be, std::string name, int k, double sec
 }
 
 // The floor under every HTTP row: one raw HTTP/1.1 round trip to the same
-// agent over a blocking socket (no tenure code on the client side), a GET of
-// a missing key. A cycle needs at least two round trips (the lock, the
-// release), so one candidate can do at most 1 / (2 x p50) cycles per second.
+// agent over a blocking socket (no tenure code on the client side: Beast
+// directly, raw_http.hpp), a GET of a missing key. A cycle needs at least two
+// round trips (the lock, the release), so one candidate can do at most
+// 1 / (2 x p50) cycles per second.
 template <class Socket>
-void print_floor(Socket& sock, char const* over) {
-    std::string const req = "GET /v1/kv/bench/floor HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+void print_floor(Socket sock, char const* over) {
+    raw::connection<Socket> conn(std::move(sock));
+    std::string const req = raw::request("GET", "/v1/kv/bench/floor");
     std::vector<double> rtt;
-    std::array<char, 4096> buf{};
     for (int i = 0; i < 20000; ++i) {
         auto const t0 = steady::now();
-        asio::write(sock, asio::buffer(req));
-        sock.read_some(asio::buffer(buf));  // the 404 answer fits one segment
+        conn.round_trip(req);
         if (i >= 1000) rtt.push_back(ms(steady::now() - t0) * 1000.0);
     }
     double const p50 = pct(rtt, 50);
@@ -251,20 +265,19 @@ void print_floor(std::string const& url) {
     if (url.starts_with("unix://")) {
         asio::local::stream_protocol::socket sock(io);
         sock.connect(asio::local::stream_protocol::endpoint(url.substr(7)));
-        print_floor(sock, "a Unix socket");
+        print_floor(std::move(sock), "a Unix socket");
         return;
     }
-    auto const port = static_cast<unsigned short>(std::stoi(url.substr(url.rfind(':') + 1)));
     asio::ip::tcp::socket sock(io);
-    sock.connect({asio::ip::make_address("127.0.0.1"), port});
+    sock.connect({asio::ip::make_address("127.0.0.1"), raw::port_of(url)});
     sock.set_option(asio::ip::tcp::no_delay(true));
-    print_floor(sock, "loopback TCP");
+    print_floor(std::move(sock), "loopback TCP");
 }
 
 void print_header() {
-    std::printf("%-13s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %5s %5s | %s\n", "backend", "K",
-                "cycles", "cycles/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "acq p50", "acq p99", "min/c", "max/c",
-                "switch%", "cpu%", "agent", "load");
+    std::printf("%-13s %4s %8s %10s | %8s %8s %8s %8s | %8s %8s | %7s %7s %7s | %5s %5s | %7s %7s %7s | %s\n",
+                "backend", "K", "cycles", "cycles/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "acq p50", "acq p99",
+                "min/c", "max/c", "switch%", "cpu%", "agent", "us/cyc", "new/cyc", "B/cyc", "load");
 }
 
 void print_row(result const& r) {
@@ -275,10 +288,12 @@ void print_row(result const& r) {
     double sw = n > 1 ? 100.0 * r.switches / static_cast<double>(n - 1) : 0.0;
     char agent_cpu[16] = "-";
     if (r.agent_cpu_pct >= 0) std::snprintf(agent_cpu, sizeof agent_cpu, "%.0f", r.agent_cpu_pct);
-    std::printf("%-13s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %5.0f %5s | %s\n",
+    std::printf("%-13s %4d %8zu %10.0f | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f | %7d %7d %6.1f%% | %5.0f %5s | "
+                "%7.1f %7.1f %7.0f | %s\n",
                 r.backend.c_str(), r.candidates, n, rate, pct(r.cycle_ms, 50), pct(r.cycle_ms, 90),
                 pct(r.cycle_ms, 99), max_of(r.cycle_ms), pct(r.acquire_ms, 50), pct(r.acquire_ms, 99), mn, mx, sw,
-                r.bench_cpu_pct, agent_cpu, r.load.c_str());
+                r.bench_cpu_pct, agent_cpu, r.cpu_us_per_cycle, r.allocs_per_cycle, r.bytes_per_cycle,
+                r.load.c_str());
     if (!r.failure.empty()) std::printf("  ^ a candidate stopped on an error, so this row is short: %s\n", r.failure.c_str());
     std::fflush(stdout);
 }
@@ -464,7 +479,9 @@ void print_banner(config const& cfg) {
     std::printf("a cycle: acquire() called -> release() answered; acq: the acquire() part; min/c, max/c: cycles "
                 "of the least and most served candidate;\nswitch%%: cycles whose holder differs from the previous "
                 "cycle's (0%%: one candidate keeps re-taking the key); cpu%%, agent: CPU time of the bench and of the "
-                "agent child\nper second of the row (100 = one core busy)\n");
+                "agent child\nper second of the row (100 = one core busy); us/cyc, new/cyc, B/cyc: per measured cycle, this "
+                "process's CPU (getrusage user + sys)\nand its operator new calls and bytes (inproc: the in-process "
+                "agent's share included; K > 1: the waiting candidates' too)\n");
     print_header();
 }
 
