@@ -48,6 +48,7 @@
 #include "core/event.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -365,19 +366,22 @@ public:
         });
         if (!run_until([&] { return *calls > 0; }, 60s)) fail("a session's close() did not complete");
     }
+    // The handlers are bound to the process's executor: an empty scope has no
+    // executor of its own, and its release() would otherwise complete on
+    // Asio's system executor, a thread pool outside the simulated world.
     void release(leadership_scope& l, process& p) {
         auto calls = std::make_shared<int>(0);
         process_executor::run_as(&p, [&] {
-            l.release([calls](error_code) {
+            l.release(asio::bind_executor(w.executor(p), [calls](error_code) {
                 if (++*calls > 1) fatal("a release() completed twice");
-            });
+            }));
         });
         if (!run_until([&] { return *calls > 0; }, 60s)) fail("a release() did not complete");
     }
     // At time `at`, as B: release `l`.
     void release_at(nanoseconds at, leadership_scope& l) {
         w.at(at, [this, &l] {
-            process_executor::run_as(pb, [&l] { l.release([](error_code) {}); });
+            process_executor::run_as(pb, [this, &l] { l.release(asio::bind_executor(w.executor(*pb), [](error_code) {})); });
         });
     }
 
