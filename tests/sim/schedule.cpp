@@ -166,8 +166,8 @@ void plant(setup const& st, session& s) {
     if (st.planted_bug && s.valid()) detail::session_access::impl(s)->fsm.ignore_local_deadline_for_testing();
 }
 
-// An election used directly: session, acquire, run, release, again.
-asio::awaitable<void> elect_loop(checker& ck, consul::client& c, setup st, int client, std::string key) {
+// A session for a loop's next round: created again 100 ms after a failure.
+asio::awaitable<session> open_session(consul::client& c, setup const& st, int client) {
     for (;;) {
         session s;
         try {
@@ -176,11 +176,18 @@ asio::awaitable<void> elect_loop(checker& ck, consul::client& c, setup st, int c
         } catch (system_error const& e) {
             if (detail::is_abort(e)) throw;
         }
-        if (!s.valid()) {
-            co_await detail::sleep_until(detail::clock::now() + 100ms);
-            continue;
+        if (s.valid()) {
+            plant(st, s);
+            co_return s;
         }
-        plant(st, s);
+        co_await detail::sleep_until(detail::clock::now() + 100ms);
+    }
+}
+
+// An election used directly: session, acquire, run, release, again.
+asio::awaitable<void> elect_loop(checker& ck, consul::client& c, setup st, int client, std::string key) {
+    for (;;) {
+        session s = co_await open_session(c, st, client);
         election e(s, key, "client-" + std::to_string(client));
         bool stop = false;
         while (!stop && s.state() != session_state::lost) {
@@ -227,18 +234,7 @@ asio::awaitable<void> campaign_loop(checker& ck, consul::client& c, setup st, in
 // A semaphore of two permits on "sem".
 asio::awaitable<void> semaphore_loop(checker& ck, consul::client& c, setup st, int client) {
     for (;;) {
-        session s;
-        try {
-            auto const so = session_opts(st, client);  // named: g++ 12 destroys co_await temporaries twice
-            s = co_await session::create(c, so);
-        } catch (system_error const& e) {
-            if (detail::is_abort(e)) throw;
-        }
-        if (!s.valid()) {
-            co_await detail::sleep_until(detail::clock::now() + 100ms);
-            continue;
-        }
-        plant(st, s);
+        session s = co_await open_session(c, st, client);
         semaphore sem(s, "sem", 2, "client-" + std::to_string(client));
         bool stop = false;
         while (!stop && s.state() != session_state::lost) {
