@@ -105,3 +105,7 @@ if(MODE STREQUAL "client_only")
 else()
   run("${WORK}/build/consumer")
 endif()
+
+# Passed: the scratch install and build (several hundred MB each) go. A failed
+# run stops above and leaves them for a look.
+file(REMOVE_RECURSE "${WORK}")
