@@ -85,13 +85,13 @@ struct election_options {
     /// the key straight to the highest-priority waiting candidate, among
     /// equals the one that waited longest (see handoff_on_release). A key
     /// freed otherwise (the holder's session invalidated, a `consul lock`
-    /// holder's release) is left to the live candidates of the highest
-    /// priority for priority_grace (after the old holder's lock-delay), then
-    /// to anyone, so a stuck candidate cannot block the election; equals race
-    /// for it. Consul only (ignored on etcd).
+    /// holder's release) is left to the best live candidate, by the same
+    /// order, for priority_grace (after the old holder's lock-delay), then
+    /// to anyone, so a stuck candidate cannot block the election. Consul only
+    /// (ignored on etcd).
     int priority = 0;
-    /// How long a candidate defers to a live one of higher priority on a freed
-    /// key. Zero: no deferral (and no read of the priority marker).
+    /// How long a candidate defers to a better live one on a freed key. Zero:
+    /// no deferral (and no read of the priority marker).
     std::chrono::nanoseconds priority_grace = std::chrono::seconds{2};
 
     /// While leading, watch the candidates and hand over (by transfer) when one

@@ -11,6 +11,7 @@
 #include <boost/json/value.hpp>
 
 #include <algorithm>
+#include <charconv>
 
 namespace tenure::detail {
 
@@ -41,13 +42,26 @@ std::string decode_transfer_request(std::optional<std::string> const& value) {
     return to && to->is_string() ? std::string(to->as_string()) : std::string{};
 }
 
-std::optional<int> decode_priority_marker(std::optional<std::string> const& value) {
+std::optional<priority_marker> decode_priority_marker(std::optional<std::string> const& value) {
     if (!value || value->empty()) return std::nullopt;
-    try {
-        return std::stoi(*value);
-    } catch (std::exception const&) {
-        return std::nullopt;
-    }
+    priority_marker m;
+    char const* const end = value->data() + value->size();
+    auto const [rest, ec] = std::from_chars(value->data(), end, m.priority);
+    if (ec != std::errc{}) return std::nullopt;
+    if (rest == end) return m;
+    if (*rest != ' ') return std::nullopt;
+    m.first.assign(rest + 1, end);
+    if (m.first.empty() || m.first.find_first_of(" /") != std::string::npos) return std::nullopt;
+    return m;
+}
+
+std::string encode_priority_marker(int priority, std::string const& session) {
+    return std::to_string(priority) + " " + session;
+}
+
+bool takes_marker(std::optional<priority_marker> const& known, int priority) {
+    // Equals keep the one named: it registered first.
+    return !known || priority > known->priority || (priority == known->priority && known->first.empty());
 }
 
 namespace {
@@ -116,6 +130,33 @@ asio::awaitable<void> prune_stale(consul::client& c, std::vector<consul::kv_pair
             if (is_abort(e)) throw;
         }
     }
+}
+
+asio::awaitable<bool> waits_as_candidate(consul::client& c, std::string const& key, std::string const& session) {
+    // Named: g++ 12 mishandles temporaries inside a co_await expression.
+    std::string entry = candidate_key(key, session);
+    auto r = co_await coro(c).kv_get(std::move(entry), consistent_read());
+    co_return r.value && r.value->session == session && r.value->flags == candidate_flag_value;
+}
+
+asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
+                                     std::optional<consul::kv_pair> const& marker, bool always) {
+    auto const known = marker ? decode_priority_marker(marker->value) : std::nullopt;
+    if (!always && !(known && (known->first == self || known->first.empty()))) co_return;
+    auto const reg = co_await read_registry(c, key, false);
+    std::uint64_t const at = marker ? marker->modify_index : 0;
+    auto const best = std::find_if(reg.live.begin(), reg.live.end(),
+                                   [&](candidate_info const& ci) { return ci.session != self; });
+    std::string mk = priority_marker_key(key);
+    if (best == reg.live.end()) {
+        if (at != 0) co_await coro(c).kv_delete(std::move(mk), at);
+        co_return;
+    }
+    if (known && known->first == best->session && known->priority == best->priority) co_return;
+    consul::put_options po;
+    po.cas = at;
+    std::string mv = encode_priority_marker(best->priority, best->session);
+    co_await coro(c).kv_put(std::move(mk), std::move(mv), po);
 }
 
 std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& live, std::string const& target,

@@ -5,7 +5,8 @@
 //   <key>.candidates/<session id>  one per waiting candidate, locked by its session,
 //                                  flags candidate_flag_value, value
 //                                  {"Name":..,"Value":..,"Priority":N,"Nonce":..}
-//   <key>.candidates/.max          the highest priority ever registered (decimal)
+//   <key>.candidates/.max          the best waiting candidate as last written:
+//                                  "<priority> <session id>" (or "<priority>")
 //   <key>.candidates/.seen         rewritten by every registration and removal
 //   <key>.transfer                 an operator's transfer request (`tenure transfer`),
 //                                  flags transfer_flag_value, value {"To":"<name or id>"}
@@ -32,11 +33,22 @@ inline std::string candidate_key(std::string const& key, std::string const& sess
     return candidates_prefix(key) + session;
 }
 inline std::string transfer_request_key(std::string const& key) { return key + ".transfer"; }
-// The highest priority a candidate ever registered with (decimal; raised by
-// compare-and-set, never lowered): a waiter whose own priority is not below
-// it has nobody to defer to, and reads nothing more than this on a freed key.
+// The best waiting candidate, by compare-and-set: a registering candidate that
+// ranks before the one named (or finds none named) names itself, and the one
+// named, when it stops waiting (it won, or gave up), names the next from one
+// read of the registry. A waiter that sees a key freed by an invalidation
+// reads this one small key: named itself, it goes at once; another, live, it
+// defers to; a priority above its own with nobody live named, it reads the
+// registry. So a handover costs one registry read, by one candidate.
 inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
-std::optional<int> decode_priority_marker(std::optional<std::string> const& value);
+struct priority_marker {
+    int priority = 0;
+    std::string first;  // its session id; empty in a marker written before there was one
+};
+std::optional<priority_marker> decode_priority_marker(std::optional<std::string> const& value);
+std::string encode_priority_marker(int priority, std::string const& session);
+// Does a candidate of `priority` registering as `session` take the marker?
+bool takes_marker(std::optional<priority_marker> const& known, int priority);
 // Rewritten (with a fresh value) by every registration and removal: a holder
 // that saw the registry empty at this key's ModifyIndex knows it still is
 // while the index has not moved, and releases with one transaction
@@ -76,6 +88,17 @@ asio::awaitable<registry_view> read_registry(consul::client& c, std::string cons
 
 // Deletes stale entries (compare-and-delete: a re-registration is kept).
 asio::awaitable<void> prune_stale(consul::client& c, std::vector<consul::kv_pair> const& stale);
+
+// Does `session` wait on `key`: is its entry there, held by it? One small read.
+asio::awaitable<bool> waits_as_candidate(consul::client& c, std::string const& key, std::string const& session);
+
+// After `self` stopped waiting on `key` (it won, or gave up): when `marker`
+// (as read in the same transaction that removed its entry) names it, or with
+// `always`, name the best candidate still waiting, from one registry read; an
+// empty registry removes the marker. Compare-and-set: a better candidate that
+// named itself meanwhile stays.
+asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
+                                     std::optional<consul::kv_pair> const& marker, bool always);
 
 // The candidate `target` names (a session id, else the best-ranked of that
 // session name) among `live`, skipping `self`.

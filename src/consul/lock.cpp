@@ -405,6 +405,7 @@ struct candidate_registration {
     std::string key;
     bool active = false;  // the entry may exist
     bool won = false;     // the acquire took the key
+    bool name_next = false;  // took the key with nobody live named: name the next best anyway
     std::uint64_t since = 0;
     std::uint64_t modify_index = 0;  // of our entry: deleted by compare-and-delete (a newer registration stays)
 
@@ -413,7 +414,8 @@ struct candidate_registration {
     candidate_registration& operator=(candidate_registration const&) = delete;
     ~candidate_registration() {
         if (!active) return;
-        session->spawn_owned([s = session, k = key, won = won, at = modify_index]() -> asio::awaitable<void> {
+        session->spawn_owned([s = session, k = key, won = won, at = modify_index,
+                              always = name_next]() -> asio::awaitable<void> {
             try {
                 consul::txn_op gone;
                 gone.key = candidate_key(k, s->id);
@@ -423,8 +425,17 @@ struct candidate_registration {
                 seen.verb = "set";
                 seen.key = registry_seen_key(k);
                 seen.value = std::to_string(next_spread_seed());
-                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen)};
-                co_await coro(s->client).txn(std::move(ops));
+                consul::txn_op marker;  // read back: did it name us?
+                marker.verb = "get-or-empty";
+                marker.key = priority_marker_key(k);
+                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen), std::move(marker)};
+                auto t = co_await coro(s->client).txn(std::move(ops));
+                if (t.committed) {
+                    std::optional<consul::kv_pair> named;
+                    for (auto& r : t.results)
+                        if (r.key == priority_marker_key(k)) named = std::move(r);
+                    co_await name_next_best(s->client, k, s->id, named, always);
+                }
                 if (won) co_return;
                 auto r = co_await coro(s->client).kv_get(k, consistent_read());
                 if (!r.value || r.value->session != s->id) co_return;
@@ -561,19 +572,19 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 if (t && t->committed && t->results.size() == 3) {
                     reg.since = t->results.front().create_index;
                     reg.modify_index = t->results.front().modify_index;
-                    // A new highest priority: raise the marker (compare-and-set; a
-                    // lost race is looked at again once).
+                    // Ranked before the best candidate the marker names (or none
+                    // named): name ourselves (compare-and-set; a lost race is
+                    // looked at again once).
                     auto const& m = t->results[1];
-                    std::optional<int> known = decode_priority_marker(m.value);
+                    std::optional<priority_marker> known = decode_priority_marker(m.value);
                     std::uint64_t at = m.modify_index;
-                    for (int attempt = 0; attempt < 2 && eopts.priority > 0 && (!known || *known < eopts.priority);
-                         ++attempt) {
+                    for (int attempt = 0; attempt < 2 && takes_marker(known, eopts.priority); ++attempt) {
                         consul::put_options po;
                         po.cas = at;
                         bool raised = false;
                         try {
                             std::string mk = priority_marker_key(key);
-                            std::string mv = std::to_string(eopts.priority);
+                            std::string mv = encode_priority_marker(eopts.priority, id);
                             raised = co_await coro(client).kv_put(mk, std::move(mv), po);
                             if (raised) break;
                             auto again = co_await coro(client).kv_get(std::move(mk), consistent_read());
@@ -610,46 +621,81 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
         }
 
-        bool higher_may_wait = false;
+        // A freed key (an invalidation, or a release that found nobody
+        // waiting): the best waiting candidate goes first. The marker names
+        // it (candidates.hpp): one small read, and one more to see that the
+        // one named still waits.
+        std::optional<priority_marker> top;
+        std::string defer_to;    // the live candidate named, ranked before us
+        bool read_all = false;   // nobody live named, and someone may rank before us
         if (reg.active && !once && grace > clock::duration::zero()) {
-            // Anyone of a higher priority than ours registered? One small read.
             try {
                 std::string mk = priority_marker_key(key);
                 auto m = co_await coro(client).kv_get(std::move(mk), consistent_read());
-                auto const top = m.value ? decode_priority_marker(m.value->value) : std::nullopt;
-                higher_may_wait = top && *top > eopts.priority;
+                if (m.value) top = decode_priority_marker(m.value->value);
+                if (top && top->first != id && top->priority >= eopts.priority) {
+                    bool named_waits = false;
+                    if (!top->first.empty()) named_waits = co_await waits_as_candidate(client, key, top->first);
+                    if (named_waits)
+                        defer_to = top->first;
+                    else
+                        read_all = true;
+                }
             } catch (system_error const& ex) {
                 if (is_abort(ex)) throw;
             }
         }
-        if (higher_may_wait) {
-            // Priority: a live candidate of a higher priority gets the freed
-            // key first; we defer to it for the grace (after the old holder's
-            // lock-delay), woken by any change of the key or the registry,
-            // then try.
+        if (!defer_to.empty() || read_all) {
+            // We defer for the grace (after the old holder's lock-delay), then
+            // try: a stuck candidate (SIGKILLed, its session alive for up to
+            // 2 x TTL) delays the others by the grace, not by its TTL.
             if (!free_since) free_since = clock::now();
             auto const deadline = *free_since + holder_delay + grace;
-            candidate_info const me{id, options.name, value, eopts.priority, reg.since};
+            auto const left = [&] { return std::max<clock::duration>(deadline - clock::now(), 1ms); };
             std::optional<consul::kv_pair> taken;
-            std::uint64_t rindex = 0;
-            for (;;) {
-                std::optional<registry_view> v;
-                try {
-                    auto const left = std::max<clock::duration>(deadline - clock::now(), 1ms);
-                    v = co_await read_registry(client, key, true, rindex, left);
-                } catch (system_error const& ex) {
-                    if (is_abort(ex)) throw;
+            if (!defer_to.empty()) {
+                // The one named goes: wait for the key to be taken.
+                std::uint64_t kindex = 0;
+                while (clock::now() < deadline) {
+                    try {
+                        std::string k = key;
+                        auto kr = co_await coro(client).kv_get(std::move(k), consistent_read(kindex, left()));
+                        if (kr.value && !kr.value->session.empty()) {
+                            taken = std::move(kr.value);
+                            break;
+                        }
+                        kindex = consul::next_wait_index(kindex, kr.meta.index);
+                    } catch (system_error const& ex) {
+                        if (is_abort(ex)) throw;
+                        break;
+                    }
                 }
-                if (!v) break;
-                if (v->lock && !v->lock->session.empty()) {
-                    taken = std::move(v->lock);
-                    break;
+            } else {
+                // The marker names nobody live: find the best from the
+                // registry, woken by any change of the key or the registry.
+                // The winner names the next best (name_next), so this costs
+                // each waiter a registry read only after such a gap.
+                reg.name_next = true;
+                candidate_info const me{id, options.name, value, eopts.priority, reg.since};
+                std::uint64_t rindex = 0;
+                for (;;) {
+                    std::optional<registry_view> v;
+                    try {
+                        v = co_await read_registry(client, key, true, rindex, left());
+                    } catch (system_error const& ex) {
+                        if (is_abort(ex)) throw;
+                    }
+                    if (!v) break;
+                    if (v->lock && !v->lock->session.empty()) {
+                        taken = std::move(v->lock);
+                        break;
+                    }
+                    if (!v->stale.empty()) co_await prune_stale(client, v->stale);
+                    auto best = std::find_if(v->live.begin(), v->live.end(),
+                                             [&](candidate_info const& c) { return c.session != id; });
+                    if (best == v->live.end() || !ranks_before(*best, me) || clock::now() >= deadline) break;
+                    rindex = consul::next_wait_index(rindex, v->index);
                 }
-                if (!v->stale.empty()) co_await prune_stale(client, v->stale);
-                auto best = std::find_if(v->live.begin(), v->live.end(),
-                                         [&](candidate_info const& c) { return c.session != id; });
-                if (best == v->live.end() || best->priority <= me.priority || clock::now() >= deadline) break;
-                rindex = consul::next_wait_index(rindex, v->index);
             }
             if (taken) {
                 if (taken->session == id) co_return acquired(*taken);

@@ -428,6 +428,54 @@ BOOST_AUTO_TEST_CASE(after_an_invalidation_a_better_candidate_goes_first) {
     });
 }
 
+// Equal priorities: after an invalidation the one that waited longest goes
+// first (a race would pick each order of three with chance 1/6 a round).
+BOOST_AUTO_TEST_CASE(after_an_invalidation_equals_go_in_the_order_they_waited) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/fifo/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        for (int round = 0; round < 5; ++round) {
+            auto hs = co_await session("holder");
+            tenure::election he(hs, key, "h");
+            auto lead = co_await he.acquire();
+            std::vector<std::unique_ptr<candidate>> waiting;
+            for (std::string name : {"first", "second", "third"}) {
+                auto c = std::make_unique<candidate>();
+                c->name = name;
+                c->session = co_await session(name);
+                c->election = std::make_unique<tenure::election>(c->session, key, name);
+                c->start(wake);
+                co_await await_candidates(key, waiting.size() + 1);
+                waiting.push_back(std::move(c));
+            }
+            // Invalidate the holder, then each new holder in turn (its scope is
+            // kept: a destroyed scope would hand the key over cleanly).
+            std::string holder = hs.id();
+            for (std::size_t next = 0; next < waiting.size(); ++next) {
+                co_await tenure::detail::coro(*client).session_destroy(holder);
+                auto led = [&](std::size_t i) { return waiting[i]->done && i < next; };
+                co_await wait_for(wake, [&] {
+                    for (std::size_t i = 0; i < waiting.size(); ++i)
+                        if (waiting[i]->done && !led(i)) return true;
+                    return false;
+                });
+                for (std::size_t i = next; i < waiting.size(); ++i)
+                    BOOST_TEST(waiting[i]->done == (i == next),
+                               "round " << round << ": " << waiting[i]->name << (waiting[i]->done ? " led" : " waits")
+                                        << " when " << waiting[next]->name << " should lead");
+                if (!waiting[next]->done) break;
+                BOOST_TEST(!waiting[next]->ec);
+                holder = waiting[next]->session.id();
+            }
+            for (auto& c : waiting)
+                if (!c->done) {
+                    c->cancel.emit(asio::cancellation_type::terminal);
+                    co_await wait_for(wake, [&] { return c->done; });
+                }
+        }
+    });
+}
+
 BOOST_AUTO_TEST_CASE(yield_to_higher_ignores_a_flapping_candidate_then_hands_over) {
     run([&]() -> asio::awaitable<void> {
         std::string const key = "itest/yield/leader";
