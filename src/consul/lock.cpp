@@ -521,11 +521,15 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         if (a.held) co_return acquired(*a.held);
     }
 
+    std::optional<key_view> seen_taken;  // a deferral saw the key taken: no read needed
     for (;;) {
         std::optional<key_view> r;
         bool transient = false;
         try {
-            r = co_await read_key(client, hub.get(), key, index, known);
+            if (seen_taken)
+                r = std::exchange(seen_taken, std::nullopt);
+            else
+                r = co_await read_key(client, hub.get(), key, index, known);
         } catch (system_error const& ex) {
             if (is_abort(ex)) throw;
             transient = true;
@@ -609,16 +613,14 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             known = known_of(pair);
             continue;
         }
+        clock::duration behind = clock::duration::zero();
         if (!last_holder.empty()) {
             // We saw it held and now free: a lock-delay may have started now.
             in_herd.emplace(key);
-            clock::duration const behind = in_herd->before() * spread_per_candidate;
+            behind = in_herd->before() * spread_per_candidate;
             backoff.spread_retries(std::min<clock::duration>(max_retry_spread, behind), next_spread_seed());
             backoff.freed(clock::now(), holder_delay);
             last_holder.clear();
-            // Those of this process who saw it free first try first.
-            if (behind > clock::duration::zero())
-                co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
         }
 
         // A freed key (an invalidation, or a release that found nobody
@@ -653,15 +655,18 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             auto const deadline = *free_since + holder_delay + grace;
             auto const left = [&] { return std::max<clock::duration>(deadline - clock::now(), 1ms); };
             std::optional<consul::kv_pair> taken;
+            std::uint64_t taken_at = 0;
             if (!defer_to.empty()) {
-                // The one named goes: wait for the key to be taken.
-                std::uint64_t kindex = 0;
+                // The one named goes: wait for the key to be taken, from the
+                // index of the read that showed it free.
+                std::uint64_t kindex = r->index;
                 while (clock::now() < deadline) {
                     try {
                         std::string k = key;
                         auto kr = co_await coro(client).kv_get(std::move(k), consistent_read(kindex, left()));
                         if (kr.value && !kr.value->session.empty()) {
                             taken = std::move(kr.value);
+                            taken_at = kr.meta.index;
                             break;
                         }
                         kindex = consul::next_wait_index(kindex, kr.meta.index);
@@ -688,6 +693,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                     if (!v) break;
                     if (v->lock && !v->lock->session.empty()) {
                         taken = std::move(v->lock);
+                        taken_at = v->index;
                         break;
                     }
                     if (!v->stale.empty()) co_await prune_stale(client, v->stale);
@@ -699,11 +705,16 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             }
             if (taken) {
                 if (taken->session == id) co_return acquired(*taken);
-                index = 0;  // held again: back to waiting on it
-                known.reset();
+                // Held again: back to waiting on it, from what we saw.
+                seen_taken = key_view{std::move(taken), taken_at};
                 continue;
             }
         }
+        // Racing for it: those of this process who saw it free first try
+        // first. The one the marker names goes at once.
+        bool const named = top && top->first == id;
+        if (behind > clock::duration::zero() && !named)
+            co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
 
         std::vector<consul::txn_op> ops{lock_op};
         auto const attempt = co_await try_lock(client, std::move(ops), id);
