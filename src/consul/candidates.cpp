@@ -132,11 +132,14 @@ asio::awaitable<void> prune_stale(consul::client& c, std::vector<consul::kv_pair
     }
 }
 
-asio::awaitable<bool> waits_as_candidate(consul::client& c, std::string const& key, std::string const& session) {
+asio::awaitable<std::optional<std::uint64_t>> waits_as_candidate(consul::client& c, std::string const& key,
+                                                                 std::string const& session, std::uint64_t index,
+                                                                 std::chrono::nanoseconds wait) {
     // Named: g++ 12 mishandles temporaries inside a co_await expression.
     std::string entry = candidate_key(key, session);
-    auto r = co_await coro(c).kv_get(std::move(entry), consistent_read());
-    co_return r.value && r.value->session == session && r.value->flags == candidate_flag_value;
+    auto r = co_await coro(c).kv_get(std::move(entry), consistent_read(index, wait));
+    if (r.value && r.value->session == session && r.value->flags == candidate_flag_value) co_return r.meta.index;
+    co_return std::nullopt;
 }
 
 asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,

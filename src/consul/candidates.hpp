@@ -89,8 +89,12 @@ asio::awaitable<registry_view> read_registry(consul::client& c, std::string cons
 // Deletes stale entries (compare-and-delete: a re-registration is kept).
 asio::awaitable<void> prune_stale(consul::client& c, std::vector<consul::kv_pair> const& stale);
 
-// Does `session` wait on `key`: is its entry there, held by it? One small read.
-asio::awaitable<bool> waits_as_candidate(consul::client& c, std::string const& key, std::string const& session);
+// Does `session` wait on `key`: is its entry there, held by it? One small
+// read (blocking past `index` for up to `wait` when `index` is not 0): the
+// index of the answer while it waits, nullopt once it does not.
+asio::awaitable<std::optional<std::uint64_t>> waits_as_candidate(consul::client& c, std::string const& key,
+                                                                 std::string const& session, std::uint64_t index = 0,
+                                                                 std::chrono::nanoseconds wait = std::chrono::seconds{30});
 
 // After `self` stopped waiting on `key` (it won, or gave up): when `marker`
 // (as read in the same transaction that removed its entry) names it, or with

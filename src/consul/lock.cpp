@@ -614,12 +614,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             continue;
         }
         clock::duration behind = clock::duration::zero();
+        std::optional<clock::time_point> freed_at;  // we saw it held and now free: a lock-delay may have started
         if (!last_holder.empty()) {
-            // We saw it held and now free: a lock-delay may have started now.
             in_herd.emplace(key);
             behind = in_herd->before() * spread_per_candidate;
-            backoff.spread_retries(std::min<clock::duration>(max_retry_spread, behind), next_spread_seed());
-            backoff.freed(clock::now(), holder_delay);
+            freed_at = clock::now();
             last_holder.clear();
         }
 
@@ -629,6 +628,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         // one named still waits.
         std::optional<priority_marker> top;
         std::string defer_to;    // the live candidate named, ranked before us
+        std::uint64_t defer_index = 0;  // of the read that showed it waiting
         bool read_all = false;   // nobody live named, and someone may rank before us
         if (reg.active && !once && grace > clock::duration::zero()) {
             try {
@@ -636,16 +636,26 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 auto m = co_await coro(client).kv_get(std::move(mk), consistent_read());
                 if (m.value) top = decode_priority_marker(m.value->value);
                 if (top && top->first != id && top->priority >= eopts.priority) {
-                    bool named_waits = false;
+                    std::optional<std::uint64_t> named_waits;
                     if (!top->first.empty()) named_waits = co_await waits_as_candidate(client, key, top->first);
-                    if (named_waits)
+                    if (named_waits) {
                         defer_to = top->first;
-                    else
+                        defer_index = *named_waits;
+                    } else {
                         read_all = true;
+                    }
                 }
             } catch (system_error const& ex) {
                 if (is_abort(ex)) throw;
             }
+        }
+        bool const named = top && top->first == id;
+        if (freed_at) {
+            // Retries after the lock-delay are spread by the same order; the
+            // one named retries at its end.
+            backoff.spread_retries(named ? clock::duration::zero() : std::min<clock::duration>(max_retry_spread, behind),
+                                   next_spread_seed());
+            backoff.freed(*freed_at, holder_delay);
         }
         if (!defer_to.empty() || read_all) {
             // We defer for the grace (after the old holder's lock-delay), then
@@ -657,23 +667,29 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             std::optional<consul::kv_pair> taken;
             std::uint64_t taken_at = 0;
             if (!defer_to.empty()) {
-                // The one named goes: wait for the key to be taken, from the
-                // index of the read that showed it free.
-                std::uint64_t kindex = r->index;
+                // The one named goes. Wait until it stops waiting: its entry
+                // goes once it holds the key (after its acquire resolved, so
+                // the many deferring do not wake in the way of its answer),
+                // or with its session. Then look at the key again.
+                bool named_left = false;
                 while (clock::now() < deadline) {
+                    std::optional<std::uint64_t> still;
                     try {
-                        std::string k = key;
-                        auto kr = co_await coro(client).kv_get(std::move(k), consistent_read(kindex, left()));
-                        if (kr.value && !kr.value->session.empty()) {
-                            taken = std::move(kr.value);
-                            taken_at = kr.meta.index;
-                            break;
-                        }
-                        kindex = consul::next_wait_index(kindex, kr.meta.index);
+                        still = co_await waits_as_candidate(client, key, defer_to, defer_index, left());
                     } catch (system_error const& ex) {
                         if (is_abort(ex)) throw;
                         break;
                     }
+                    if (!still) {
+                        named_left = true;
+                        break;
+                    }
+                    defer_index = consul::next_wait_index(defer_index, *still);
+                }
+                if (named_left) {
+                    index = 0;
+                    known.reset();
+                    continue;
                 }
             } else {
                 // The marker names nobody live: find the best from the
@@ -712,7 +728,6 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         // Racing for it: those of this process who saw it free first try
         // first. The one the marker names goes at once.
-        bool const named = top && top->first == id;
         if (behind > clock::duration::zero() && !named)
             co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
 
