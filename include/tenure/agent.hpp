@@ -99,6 +99,16 @@ struct agent_options {
     std::string ca_file;    // PEM CAs that sign client certificates
     /// Require a client certificate signed by a CA of ca_file.
     bool verify_incoming = false;
+
+    // ---- the web UI and the lock history (docs/agent.md, "Web UI") ----
+    /// Serve a live view of locks, sessions and checks at /ui/ (Consul's
+    /// -ui). Off by default. The page follows the ACLs: with them on, it asks
+    /// for a token.
+    bool ui = false;
+    /// Lock terms the agent remembers across all keys (who held each key,
+    /// with which fencing token, how the term ended), served at
+    /// /v1/tenure/history; the oldest go first. 0 keeps none.
+    std::size_t history_capacity = 4096;
 };
 
 class agent {

@@ -647,6 +647,29 @@ void acl_store::apply(acl_filter const& f, response& res) {
         });
         break;
     }
+    case acl_filter::kind::tenure_history: {
+        if (!v.is_object()) return;
+        if (auto* keys = v.as_object().if_contains("Keys"); keys && keys->is_array())
+            keep_if(keys->as_array(), [&](json::value const& e) { return readable(acl_resource::key, e, "Key"); });
+        break;
+    }
+    case acl_filter::kind::tenure_sessions: {
+        if (!v.is_object()) return;
+        auto& o = v.as_object();
+        if (auto* sessions = o.if_contains("Sessions"); sessions && sessions->is_array()) {
+            keep_if(sessions->as_array(), [&](json::value const& e) { return readable(acl_resource::session, e, "Node"); });
+            for (auto& s : sessions->as_array()) {
+                auto* held = s.is_object() ? s.as_object().if_contains("Held") : nullptr;
+                if (held && held->is_array())
+                    keep_if(held->as_array(), [&](json::value const& k) {
+                        return k.is_string() && a.allowed(acl_resource::key, k.as_string(), acl_access::read);
+                    });
+            }
+        }
+        if (auto* checks = o.if_contains("Checks"); checks && checks->is_array())
+            keep_if(checks->as_array(), [&](json::value const& e) { return readable(acl_resource::node, e, "Node"); });
+        break;
+    }
     case acl_filter::kind::none: return;
     }
     if (removed == 0) return;

@@ -136,7 +136,11 @@ using response = boost::beast::http::response<boost::beast::http::string_body>;
 
 // What to remove from a response the request may only partly read.
 struct acl_filter {
-    enum class kind { none, kv_entries, kv_keys, sessions, nodes, checks_array, checks_object, txn_results };
+    enum class kind {
+        none, kv_entries, kv_keys, sessions, nodes, checks_array, checks_object, txn_results,
+        tenure_history,   // {"Keys": [{"Key": ...}]}
+        tenure_sessions,  // {"Sessions": [{"Node": ..., "Held": [keys]}], "Checks": [{"Node": ...}]}
+    };
     kind what = kind::none;
     std::shared_ptr<acl_authorizer const> authz;
 };

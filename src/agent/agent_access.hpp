@@ -7,6 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include "agent/http_api.hpp"
 #include "agent/state.hpp"
 
 namespace tenure::detail {
@@ -18,6 +19,8 @@ struct agent_access {
     // deadline. on_invalidate and on_lock_delay_reject are used by the agent
     // for logging; wrap rather than replace them.
     static agent::state_machine& state(tenure::agent& a) noexcept;
+    // What tenure's own endpoints render with (calendar time, the UI switch).
+    static agent::http_api::view_options const& views(tenure::agent& a) noexcept;
     // Re-arms the timer loop if the state machine's next deadline moved earlier.
     static void timers_changed(tenure::agent& a);
     // True when the agent has a data_dir and state changes not yet on disk:

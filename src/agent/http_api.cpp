@@ -8,6 +8,8 @@
 #include "agent/metrics.hpp"
 #include "agent/reply.hpp"
 #include "agent/router.hpp"
+#include "agent/ui_assets.hpp"
+#include "agent/views.hpp"
 #include "net/duration.hpp"
 #include "net/wire.hpp"
 
@@ -257,8 +259,10 @@ namespace {
 class handler {
 public:
     handler(state_machine& sm, request const& req, boost::urls::url_view url, route const& r, time_point now,
-            blocking_state& bs, agent_metrics const* metrics = nullptr, api_limits const* limits = nullptr)
-        : sm_(sm), req_(req), route_(r), now_(now), bs_(bs), metrics_(metrics), limits_(limits), q_{url} {}
+            blocking_state& bs, agent_metrics const* metrics = nullptr, api_limits const* limits = nullptr,
+            http_api::view_options const* views = nullptr)
+        : sm_(sm), req_(req), route_(r), now_(now), bs_(bs), metrics_(metrics), limits_(limits),
+          views_(views ? *views : http_api::view_options{}), q_{url} {}
 
     api_outcome run();
 
@@ -358,6 +362,12 @@ private:
     api_outcome catalog_nodes();
     api_outcome health_node(std::string const& node);
     api_outcome status(std::string_view rest);
+    api_outcome tenure_history();
+    api_outcome tenure_sessions();
+    api_outcome ui(std::string_view rest);
+    // 400 for a parameter not in `known` or given twice: tenure's own
+    // endpoints are strict where Consul's ignore what they do not know.
+    std::optional<response> check_params(std::initializer_list<std::string_view> known) const;
 
     static api_outcome done(response r) { return {std::move(r), std::nullopt}; }
     static response not_found() { return text(http::status::not_found, "404 page not found\n"); }
@@ -369,6 +379,7 @@ private:
     blocking_state& bs_;
     agent_metrics const* metrics_;
     api_limits const* limits_;  // null: no limits (tests of the API alone)
+    http_api::view_options views_;
     query q_;
 };
 
@@ -402,6 +413,10 @@ api_outcome handler::dispatch() {
     case api_endpoint::catalog_nodes: return catalog_nodes();
     case api_endpoint::health_node: return health_node(rest);
     case api_endpoint::status: return status(route_.rest);
+    case api_endpoint::tenure_history: return tenure_history();
+    case api_endpoint::tenure_sessions: return tenure_sessions();
+    case api_endpoint::ui_root:
+    case api_endpoint::ui: return ui(route_.rest);
     case api_endpoint::acl:  // answered by the ACL store, when there is one
     case api_endpoint::not_found: break;
     }
@@ -503,7 +518,7 @@ api_outcome handler::kv_put(std::string const& key) {
     };
     if (cas) return boolean(sm_.kv_cas(key, std::move(value), flags, *cas));
     if (q_.has("acquire")) return state_result(sm_.kv_acquire(key, std::move(value), flags, q_.get("acquire"), now_));
-    if (q_.has("release")) return state_result(sm_.kv_release(key, std::move(value), flags, q_.get("release")));
+    if (q_.has("release")) return state_result(sm_.kv_release(key, std::move(value), flags, q_.get("release"), now_));
     sm_.kv_set(key, std::move(value), flags);
     return boolean(true);
 }
@@ -513,16 +528,16 @@ api_outcome handler::kv_delete(std::string const& key) {
         return done(text(http::status::bad_request, "Conflicting flags: " + q_.encoded() + "\n"));
     auto boolean = [](bool b) { return done(make_response(http::status::ok, b ? "true" : "false", app_json)); };
     if (q_.has("recurse")) {
-        sm_.kv_delete_tree(key);
+        sm_.kv_delete_tree(key, now_);
         return boolean(true);
     }
     if (key.empty()) return done(text(http::status::bad_request, "Missing key name"));
     if (q_.has("cas")) {
         auto cas = parse_u64(q_.get("cas"));
         if (!cas) return done(text(http::status::internal_server_error, strconv_error(q_.get("cas"))));
-        return boolean(sm_.kv_delete_cas(key, *cas));
+        return boolean(sm_.kv_delete_cas(key, *cas, now_));
     }
-    sm_.kv_delete(key);
+    sm_.kv_delete(key, now_);
     return boolean(true);
 }
 
@@ -942,6 +957,89 @@ api_outcome handler::status(std::string_view rest) {
     return done(text(http::status::not_found, "404 page not found\n"));
 }
 
+// ---- tenure's own endpoints (views.hpp) and the UI -----------------------------------
+
+// The parameters every read may carry (ACL token, consistency modes).
+constexpr std::string_view common_params[] = {"token", "dc", "stale", "consistent", "cached"};
+
+std::optional<response> handler::check_params(std::initializer_list<std::string_view> known) const {
+    std::vector<std::string> seen;
+    for (auto const p : q_.url.params()) {  // decoded: each `p` owns its strings
+        std::string const& k = p.key;
+        bool const ok = std::find(known.begin(), known.end(), k) != known.end() ||
+                        std::find(std::begin(common_params), std::end(common_params), k) != std::end(common_params);
+        if (!ok) return text(http::status::bad_request, "Invalid query parameter: \"" + k + "\"");
+        if (std::find(seen.begin(), seen.end(), k) != seen.end())
+            return text(http::status::bad_request, "Query parameter \"" + k + "\" given more than once");
+        seen.push_back(k);
+    }
+    return std::nullopt;
+}
+
+api_outcome handler::tenure_history() {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    if (auto bad = check_params({"key", "prefix", "terms", "index", "wait"})) return done(std::move(*bad));
+    block_params bp;
+    if (auto bad = parse_block(bp)) return done(std::move(*bad));
+    history_query hq;
+    if (q_.has("key") && q_.has("prefix"))
+        return done(text(http::status::bad_request, "Cannot specify both ?key and ?prefix"));
+    if (q_.has("key")) {
+        hq.key = q_.get("key");
+        if (hq.key->empty()) return done(text(http::status::bad_request, "Missing key: ?key= wants a key name"));
+    }
+    hq.prefix = q_.get("prefix");
+    if (q_.has("terms")) {
+        std::size_t const cap = std::max<std::size_t>(sm_.history().capacity(), 1);
+        auto const n = parse_u64(q_.get("terms"));
+        if (!n || *n == 0 || *n > cap)
+            return done(text(http::status::bad_request, "Invalid terms: \"" + q_.get("terms") + "\" (want 1 to " +
+                                                            std::to_string(cap) + ")"));
+        hq.terms = static_cast<std::size_t>(*n);
+    }
+    // Every change of a key's holder is a write to the key, so the KV
+    // indexes and watches of Consul's own reads cover the history.
+    auto res = json_response(render_history(sm_, hq, views_.wall, now_));
+    if (hq.key)
+        return block_or_answer(bp, sm_.kv_key_index(*hq.key), sm_.kv_get(*hq.key) == nullptr,
+                               {{watch_target::kind::key, *hq.key}}, std::move(res));
+    return block_or_answer(bp, sm_.kv_prefix_index(hq.prefix), false, {{watch_target::kind::prefix, hq.prefix}},
+                           std::move(res));
+}
+
+api_outcome handler::tenure_sessions() {
+    if (auto r = check_method({http::verb::get})) return done(std::move(*r));
+    if (auto bad = check_params({"index", "wait"})) return done(std::move(*bad));
+    block_params bp;
+    if (auto bad = parse_block(bp)) return done(std::move(*bad));
+    return block_or_answer(bp, sessions_view_index(sm_), false,
+                           {{watch_target::kind::sessions, {}},
+                            {watch_target::kind::checks, {}},
+                            {watch_target::kind::renewals, {}}},
+                           json_response(render_sessions_view(sm_, views_.wall, now_)));
+}
+
+// The page at /ui/ (agent_options::ui): three files built into the binary.
+api_outcome handler::ui(std::string_view rest) {
+    if (!views_.ui) return done(not_found());
+    if (auto r = check_method({http::verb::get, http::verb::head})) return done(std::move(*r));
+    if (route_.endpoint == api_endpoint::ui_root) {
+        response res = make_response(http::status::moved_permanently, "", "");
+        res.set(http::field::location, "/ui/");
+        return done(std::move(res));
+    }
+    auto const* asset = find_ui_asset(rest.empty() ? "index.html" : rest);
+    if (!asset) return done(not_found());
+    response res = make_response(http::status::ok, std::string(asset->body), asset->content_type);
+    // The page loads nothing from elsewhere, and nothing may frame it.
+    res.set("Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set("Referrer-Policy", "no-referrer");
+    res.set(http::field::cache_control, "no-cache");
+    return done(std::move(res));
+}
+
 }  // namespace
 
 api_outcome http_api::handle(request const& req, time_point now, blocking_state& bs) {
@@ -959,7 +1057,7 @@ api_outcome http_api::handle(request const& req, time_point now, blocking_state&
             if (auto refused = acl_->authorize(req, r, sm_, filter)) return {std::move(*refused), std::nullopt};
         if (auto refused = check_limits(limits_, sm_, req, r, parsed->params()))
             return {std::move(*refused), std::nullopt};
-        api_outcome out = handler(sm_, req, *parsed, r, now, bs, metrics_, &limits_).run();
+        api_outcome out = handler(sm_, req, *parsed, r, now, bs, metrics_, &limits_, &views_).run();
         if (out.res) acl_store::apply(filter, *out.res);
         return out;
     } catch (std::exception const& e) {

@@ -10,6 +10,7 @@
 
 #include "agent/limits.hpp"
 #include "agent/state.hpp"
+#include "agent/views.hpp"
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -67,11 +68,20 @@ public:
     // Serves /v1/agent/metrics from these (nullptr: 404). Must outlive the API.
     void set_metrics(agent_metrics const* m) noexcept { metrics_ = m; }
 
+    // tenure's own endpoints: the calendar time their answers use, and
+    // whether /ui/ serves the page (agent_options::ui; off: 404).
+    struct view_options {
+        wall_anchor wall;
+        bool ui = false;
+    };
+    void set_views(view_options const& v) noexcept { views_ = v; }
+
 private:
     state_machine& sm_;
     acl_store* acl_ = nullptr;
     api_limits limits_;
     agent_metrics const* metrics_ = nullptr;
+    view_options views_;
 };
 
 }  // namespace tenure::detail::agent

@@ -74,7 +74,9 @@ private:
     ag::api_outcome handle(ag::request const& req, ag::blocking_state& bs) {
         ag::api_outcome out;
         try {
-            out = ag::http_api(tenure::detail::agent_access::state(agent_)).handle(req, ag::clock::now(), bs);
+            ag::http_api api(tenure::detail::agent_access::state(agent_));
+            api.set_views(tenure::detail::agent_access::views(agent_));
+            out = api.handle(req, ag::clock::now(), bs);
         } catch (std::exception const& e) {
             out = {};
             out.res = internal_error(std::string("internal error: ") + e.what());

@@ -26,6 +26,8 @@ enum class acl_rule {
     nodes_list,       // filtered
     checks_list,      // filtered by node
     acl_api,          // /v1/acl: the store's own endpoints
+    tenure_history,   // filtered by key
+    tenure_sessions,  // sessions filtered by node, checks by node, held keys by key
     operator_write,   // anything else
 };
 
@@ -75,6 +77,14 @@ constexpr route_entry routes[] = {
 
     {"/v1/acl", api_endpoint::acl, acl_rule::acl_api},
     {"/v1/acl/", api_endpoint::acl, acl_rule::acl_api},
+    {"/v1/tenure/history", api_endpoint::tenure_history, acl_rule::tenure_history},
+    {"/v1/tenure/sessions", api_endpoint::tenure_sessions, acl_rule::tenure_sessions},
+    {"/v1/tenure/", api_endpoint::not_found, acl_rule::operator_write},
+    // The page's files hold no data: no token, as Consul's /ui/. What the
+    // page shows comes from the endpoints above, with the caller's token.
+    {"/ui", api_endpoint::ui_root, acl_rule::exempt},
+    {"/ui/", api_endpoint::ui, acl_rule::exempt},
+
     {"", api_endpoint::not_found, acl_rule::operator_write},  // matches everything left
 };
 
@@ -126,6 +136,8 @@ acl_requirement resolve(acl_rule rule, http::verb method, boost::urls::params_vi
     case acl_rule::nodes_list: return just(check::list, acl_filter::kind::nodes);
     case acl_rule::checks_list: return just(check::list, acl_filter::kind::checks_array);
     case acl_rule::acl_api: return just(check::acl_api);
+    case acl_rule::tenure_history: return just(check::list, acl_filter::kind::tenure_history);
+    case acl_rule::tenure_sessions: return just(check::list, acl_filter::kind::tenure_sessions);
     case acl_rule::operator_write: break;
     }
     return just(check::operator_write);

@@ -38,6 +38,10 @@ enum class api_endpoint {
     health_node,  // rest: the node name
     status,       // rest: leader, peers or anything else (GET only)
     acl,          // /v1/acl/...: answered by the ACL store; rest: after /v1/acl/
+    tenure_history,   // /v1/tenure/history (views.hpp)
+    tenure_sessions,  // /v1/tenure/sessions
+    ui_root,          // /ui: redirects to /ui/
+    ui,               // /ui/<file>: the page's files (rest: the file name)
 };
 
 // What the ACL check of a request is, resolved from its route, method and

@@ -214,6 +214,7 @@ ag::agent_config make_config(agent_options const& o) {
     c.datacenter = o.datacenter;
     c.session_ttl_min = o.session_ttl_min;
     c.kv_max_value_size = o.kv_max_value_size;
+    c.history_capacity = o.history_capacity;
     return c;
 }
 
@@ -377,6 +378,7 @@ struct agent::impl : std::enable_shared_from_this<impl> {
     std::unique_ptr<ag::durable_store> store;     // with data_dir
     std::shared_ptr<ag::group_commit> commits;  // with data_dir
     ag::http_api api;
+    ag::http_api::view_options views;
     acceptor_type acceptor;
     endpoint local;
     std::string unix_socket;  // the socket file this agent created (removed by stop())
@@ -498,6 +500,14 @@ agent::impl::impl(asio::any_io_executor e, agent_options o)
     };
     metrics.attach(sm);  // wraps the two callbacks above
     api.set_metrics(&metrics);
+    // One reading of both clocks: the history's instants are monotonic, its
+    // answers calendar time.
+    views.wall.at = ag::clock::now();
+    views.wall.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             tenure::detail::wall_clock::now().time_since_epoch())
+                             .count();
+    views.ui = opts.ui;
+    api.set_views(views);
 }
 
 void agent::impl::start() {
@@ -947,6 +957,10 @@ consul::transport_factory agent::in_process() {
 }
 
 detail::agent::state_machine& detail::agent_access::state(tenure::agent& a) noexcept { return a.impl_->sm; }
+
+detail::agent::http_api::view_options const& detail::agent_access::views(tenure::agent& a) noexcept {
+    return a.impl_->views;
+}
 
 void detail::agent_access::timers_changed(tenure::agent& a) { a.impl_->timers_changed(); }
 

@@ -41,7 +41,7 @@ struct watch_hub {
     std::unordered_map<std::uint64_t, watcher> watchers;
     std::unordered_map<std::string, std::unordered_set<std::uint64_t>> by_key;
     std::map<std::string, std::unordered_set<std::uint64_t>, std::less<>> by_prefix;
-    std::unordered_set<std::uint64_t> by_table[3];  // sessions, checks, nodes
+    std::unordered_set<std::uint64_t> by_table[4];  // sessions, checks, nodes, renewals
 
     std::unordered_set<std::uint64_t>* list_for(watch_target const& t, bool create) {
         switch (t.what) {
@@ -58,6 +58,7 @@ struct watch_hub {
         case watch_target::kind::sessions: return &by_table[0];
         case watch_target::kind::checks: return &by_table[1];
         case watch_target::kind::nodes: return &by_table[2];
+        case watch_target::kind::renewals: return &by_table[3];
         }
         return nullptr;
     }
@@ -145,6 +146,11 @@ struct state_machine::txn_undo {
     };
     std::map<std::string, saved, std::less<>> keys;
     std::vector<std::string> touched;  // keys to notify on commit
+    struct term_event {
+        bool began = false;
+        lock_term term;  // began: the new term; else key and end
+    };
+    std::vector<term_event> terms;  // lock history events to record on commit
     std::uint64_t kvs_index, tombstones_index;
 
     void remember(state_machine const& sm, std::string_view key) {
@@ -176,8 +182,41 @@ void state_machine::notify_table(watch_target::kind k) {
 
 // ---------------------------------------------------------------------------
 
+void state_machine::term_began(kv_entry const& e, std::uint64_t idx) {
+    if (history_.capacity() == 0) return;
+    lock_term t;
+    t.key = e.key;
+    t.session = e.session;
+    if (auto it = sessions_.find(e.session); it != sessions_.end()) {
+        t.name = it->second.name;
+        t.node = it->second.node;
+    }
+    t.lock_index = e.lock_index;
+    t.acquire_index = idx;
+    t.acquired = event_now_;
+    if (undo_) undo_->terms.push_back({true, std::move(t)});
+    else history_.begin(std::move(t));
+}
+
+void state_machine::term_ended(std::string_view key, std::string_view how) {
+    if (history_.capacity() == 0) return;
+    std::optional<time_point> delay;
+    if (ending_) {
+        how = ending_->how;
+        delay = ending_->lock_delay_until;
+    }
+    if (undo_) {
+        lock_term t;
+        t.key = key;
+        t.end = how;
+        undo_->terms.push_back({false, std::move(t)});
+        return;
+    }
+    history_.end(key, how, event_now_, delay);
+}
+
 state_machine::state_machine(agent_config config, time_point now)
-    : config_(std::move(config)), hub_(std::make_shared<watch_hub>()) {
+    : config_(std::move(config)), hub_(std::make_shared<watch_hub>()), history_(config_.history_capacity) {
     std::uint64_t seed = config_.seed;
     if (seed == 0) seed = tenure::detail::random_seed();
     rng_.seed(seed);
@@ -336,7 +375,16 @@ std::optional<session_entry> state_machine::session_renew(std::string_view id, t
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return std::nullopt;
     reset_session_timer(it->second, now);
+    ++renewals_;
+    notify_table(watch_target::kind::renewals);
     return it->second;
+}
+
+std::optional<time_point> state_machine::session_renewed(std::string_view id) const {
+    auto s = sessions_.find(id);
+    auto d = session_deadline_.find(std::string(id));
+    if (s == sessions_.end() || d == session_deadline_.end()) return std::nullopt;
+    return d->second - s->second.ttl_duration * session_ttl_multiplier;
 }
 
 session_entry const* state_machine::session_get(std::string_view id) const {
@@ -378,6 +426,10 @@ void state_machine::invalidate_session(std::string const& id, invalidation_cause
     std::set<std::string> held;
     if (auto k = keys_by_session_.find(id); k != keys_by_session_.end()) held = std::move(k->second);
     keys_by_session_.erase(id);
+    event_now_ = now;
+    std::optional<time_point> until;
+    if (delay.count() > 0) until = now + delay;
+    ending_ = term_ending{to_string(cause), until};
     for (auto const& key : held) {
         auto kit = kvs_.find(key);
         if (kit == kvs_.end() || kit->second.session != id) continue;
@@ -388,12 +440,12 @@ void state_machine::invalidate_session(std::string const& id, invalidation_cause
         } else {
             kv_remove(key, idx);
         }
-        if (delay.count() > 0) {
-            time_point until = now + delay;
-            lock_delays_[key] = until;
-            delay_timers_.emplace(until, key);
+        if (until) {
+            lock_delays_[key] = *until;
+            delay_timers_.emplace(*until, key);
         }
     }
+    ending_.reset();
     notify_table(watch_target::kind::sessions);
     if (on_invalidate) on_invalidate(s, cause);
 }
@@ -441,6 +493,22 @@ std::vector<std::string> state_machine::kv_keys(std::string_view prefix, std::st
     return out;
 }
 
+std::vector<kv_entry const*> state_machine::held_keys(std::string_view prefix) const {
+    std::vector<kv_entry const*> out;
+    for (auto const& [session, keys] : keys_by_session_)
+        for (auto const& k : keys)
+            if (k.starts_with(prefix))
+                if (auto const* e = kv_get(k)) out.push_back(e);
+    std::sort(out.begin(), out.end(), [](auto const* a, auto const* b) { return a->key < b->key; });
+    return out;
+}
+
+std::vector<std::string> state_machine::keys_held_by(std::string_view session) const {
+    auto it = keys_by_session_.find(std::string(session));
+    if (it == keys_by_session_.end()) return {};
+    return {it->second.begin(), it->second.end()};
+}
+
 bool state_machine::kv_store(kv_entry e, bool update_session, std::uint64_t idx) {
     if (undo_) undo_->remember(*this, e.key);
     auto it = kvs_.find(e.key);
@@ -460,8 +528,12 @@ bool state_machine::kv_store(kv_entry e, bool update_session, std::uint64_t idx)
                 k->second.erase(e.key);
                 if (k->second.empty()) keys_by_session_.erase(k);
             }
+            term_ended(e.key, "released");
         }
-        if (!e.session.empty()) keys_by_session_[e.session].insert(e.key);
+        if (!e.session.empty()) {
+            keys_by_session_[e.session].insert(e.key);
+            term_began(e, idx);
+        }
     }
     std::string key = e.key;
     if (existing) it->second = std::move(e);
@@ -482,6 +554,7 @@ bool state_machine::kv_remove(std::string_view key, std::uint64_t idx) {
             k->second.erase(it->first);
             if (k->second.empty()) keys_by_session_.erase(k);
         }
+        term_ended(key, "deleted");
     }
     std::string k(key);
     kvs_.erase(it);
@@ -576,24 +649,28 @@ result<bool> state_machine::kv_acquire(std::string_view key, std::optional<std::
         if (on_lock_delay_reject) on_lock_delay_reject(key);
         return false;
     }
+    event_now_ = now;
     return at_next_index(index_, [&](std::uint64_t idx, bool& changed) {
         return lock_key(key, std::move(value), flags, session, idx, changed);
     });
 }
 
 result<bool> state_machine::kv_release(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
-                                       std::string_view session) {
+                                       std::string_view session, time_point now) {
+    event_now_ = now;
     return at_next_index(index_, [&](std::uint64_t idx, bool& changed) {
         return unlock_key(key, std::move(value), flags, session, idx, changed);
     });
 }
 
-void state_machine::kv_delete(std::string_view key) {
+void state_machine::kv_delete(std::string_view key, time_point now) {
+    event_now_ = now;
     std::uint64_t idx = index_ + 1;
     if (kv_remove(key, idx)) index_ = idx;
 }
 
-void state_machine::kv_delete_tree(std::string_view prefix) {
+void state_machine::kv_delete_tree(std::string_view prefix, time_point now) {
+    event_now_ = now;
     std::uint64_t idx = index_ + 1;
     std::vector<std::string> doomed;
     for (auto it = kvs_.lower_bound(prefix); it != kvs_.end() && it->first.starts_with(prefix); ++it)
@@ -603,11 +680,11 @@ void state_machine::kv_delete_tree(std::string_view prefix) {
     if (changed) index_ = idx;
 }
 
-bool state_machine::kv_delete_cas(std::string_view key, std::uint64_t cas) {
+bool state_machine::kv_delete_cas(std::string_view key, std::uint64_t cas, time_point now) {
     auto const* existing = kv_get(key);
     if (!existing) return true;
     if (existing->modify_index != cas) return false;
-    kv_delete(key);
+    kv_delete(key, now);
     return true;
 }
 
@@ -640,6 +717,7 @@ txn_outcome state_machine::txn(std::vector<txn_kv_op> const& ops, time_point now
     }
     if (!out.errors.empty()) return out;
 
+    event_now_ = now;
     txn_undo undo;
     undo.kvs_index = kvs_index_;
     undo.tombstones_index = tombstones_index_;
@@ -734,6 +812,10 @@ txn_outcome state_machine::txn(std::vector<txn_kv_op> const& ops, time_point now
     if (changed) {
         index_ = idx;
         out.index = idx;
+    }
+    for (auto& ev : undo.terms) {
+        if (ev.began) history_.begin(std::move(ev.term));
+        else history_.end(ev.term.key, ev.term.end, now, std::nullopt);
     }
     for (auto const& key : undo.touched) notify_key(key);
     return out;

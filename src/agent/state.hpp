@@ -13,6 +13,8 @@
 // takes a key.
 #pragma once
 
+#include "agent/history.hpp"
+
 #include <tenure/detail/clock.hpp>
 #include <chrono>
 #include <cstdint>
@@ -157,7 +159,7 @@ struct txn_outcome {
 // What a blocking query waits on. A write wakes exactly the waiters whose
 // targets it touches.
 struct watch_target {
-    enum class kind { key, prefix, sessions, checks, nodes };
+    enum class kind { key, prefix, sessions, checks, nodes, renewals };  // renewals: tenure's UI only
     kind what = kind::key;
     std::string name;  // key or prefix; empty for the tables
 };
@@ -181,6 +183,7 @@ struct agent_config {
     nanoseconds session_ttl_min = std::chrono::seconds{10};
     std::size_t kv_max_value_size = 512 * 1024;
     std::uint64_t seed = 0;  // 0: a fresh seed (tenure/detail/random.hpp)
+    std::size_t history_capacity = default_history_capacity;  // lock terms kept (history.hpp); 0: none
 };
 
 class state_machine {
@@ -206,6 +209,11 @@ public:
     // The renewed session, or nullopt when unknown (HTTP 404).
     std::optional<session_entry> session_renew(std::string_view id, time_point now);
     session_entry const* session_get(std::string_view id) const;
+    // When a session with a TTL was last renewed (or created); nullopt without a TTL.
+    std::optional<time_point> session_renewed(std::string_view id) const;
+    // Renewals since the start. Renewals move no index (as in Consul); this
+    // counter lets tenure's own UI endpoint wake on them (watch kind renewals).
+    std::uint64_t renewals() const noexcept { return renewals_; }
     std::vector<session_entry const*> session_list() const;
     std::vector<session_entry const*> session_list_node(std::string_view node) const;
     std::uint64_t sessions_index() const noexcept { return sessions_index_; }
@@ -226,10 +234,11 @@ public:
     result<bool> kv_acquire(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
                             std::string_view session, time_point now);
     result<bool> kv_release(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
-                            std::string_view session);
-    void kv_delete(std::string_view key);
-    void kv_delete_tree(std::string_view prefix);
-    bool kv_delete_cas(std::string_view key, std::uint64_t cas);
+                            std::string_view session, time_point now);
+    // `now` stamps the end of a term when a held key goes (the lock history).
+    void kv_delete(std::string_view key, time_point now);
+    void kv_delete_tree(std::string_view prefix, time_point now);
+    bool kv_delete_cas(std::string_view key, std::uint64_t cas, time_point now);
     // When a lock-delay is in force for `key` at `now`, the instant it ends.
     std::optional<time_point> lock_delay_until(std::string_view key, time_point now) const;
 
@@ -239,6 +248,13 @@ public:
     std::uint64_t kvs_index() const noexcept { return kvs_index_; }
     // Live keys (for the agent's -max-kv-keys limit).
     std::size_t kv_count() const noexcept { return kvs_.size(); }
+    // The keys a session holds now, under `prefix`, sorted.
+    std::vector<kv_entry const*> held_keys(std::string_view prefix) const;
+    // The keys `session` holds now, sorted.
+    std::vector<std::string> keys_held_by(std::string_view session) const;
+
+    // Every lock term of the last history_capacity, with how each ended.
+    lock_history const& history() const noexcept { return history_; }
 
     // ---- checks and nodes --------------------------------------------------
     // Registers (or replaces) a TTL check on the agent's own node.
@@ -328,6 +344,10 @@ private:
     result<bool> unlock_key(std::string_view key, std::optional<std::string> value, std::uint64_t flags,
                             std::string_view session, std::uint64_t idx, bool& changed);
     void notify_key(std::string_view key);
+    // The lock history's two events, from kv_store and kv_remove (the only
+    // places a key's holder changes); inside a txn they wait for its commit.
+    void term_began(kv_entry const& e, std::uint64_t idx);
+    void term_ended(std::string_view key, std::string_view how);
     void notify_table(watch_target::kind k);
 
     struct txn_undo;
@@ -357,6 +377,16 @@ private:
     std::map<std::string, node_entry, std::less<>> nodes_;
 
     std::shared_ptr<struct watch_hub> hub_;
+    lock_history history_;
+    std::uint64_t renewals_ = 0;
+    // The instant of the mutating call in progress: stamps history events.
+    time_point event_now_{};
+    // Set while invalidate_session frees keys: how their terms end.
+    struct term_ending {
+        std::string_view how;
+        std::optional<time_point> lock_delay_until;
+    };
+    std::optional<term_ending> ending_;
     bool tracking_ = false;
     change_set changes_;
 };

@@ -111,7 +111,7 @@ bool acquire(state_machine& sm, std::string_view key, std::string_view sid, time
 
 bool release(state_machine& sm, std::string_view key, std::string_view sid, std::optional<std::string> value = "v",
              std::uint64_t flags = 0) {
-    return ok(sm.kv_release(key, std::move(value), flags, sid));
+    return ok(sm.kv_release(key, std::move(value), flags, sid, {}));
 }
 
 kv_entry const& get(state_machine const& sm, std::string_view key) {
@@ -913,7 +913,7 @@ BOOST_FIXTURE_TEST_CASE(release_then_destroy_is_the_go_unlock_handoff, sm_fixtur
 BOOST_FIXTURE_TEST_CASE(deleted_key_is_not_delayed_by_a_later_destroy, sm_fixture) {
     auto s = new_session(t0);
     BOOST_REQUIRE(acquire(sm, "k", s, t0));
-    sm.kv_delete("k");  // deleting a locked key is allowed, no lock-delay
+    sm.kv_delete("k", {});  // deleting a locked key is allowed, no lock-delay
     BOOST_TEST(!sm.lock_delay_until("k", t0).has_value());
     BOOST_TEST(sm.session_destroy(s, t0));
     BOOST_TEST(sm.kv_get("k") == nullptr);  // not resurrected by the release behaviour
@@ -1105,7 +1105,7 @@ BOOST_FIXTURE_TEST_CASE(release_of_missing_or_unheld_key_is_false, sm_fixture) {
 BOOST_FIXTURE_TEST_CASE(release_with_empty_session_is_an_error, sm_fixture) {
     auto s = new_session(t0);
     BOOST_REQUIRE(acquire(sm, "k", s, t0));
-    BOOST_TEST(err(sm.kv_release("k", "v", 0, "")) == "missing session");
+    BOOST_TEST(err(sm.kv_release("k", "v", 0, "", {})) == "missing session");
     BOOST_TEST(get(sm, "k").session == s);
 }
 
@@ -1261,39 +1261,39 @@ BOOST_FIXTURE_TEST_CASE(cas_on_held_key_keeps_session, sm_fixture) {
 
 BOOST_FIXTURE_TEST_CASE(delete_always_succeeds, sm_fixture) {
     sm.kv_set("k", "v", 0);
-    sm.kv_delete("k");
+    sm.kv_delete("k", {});
     BOOST_TEST(sm.kv_get("k") == nullptr);
     BOOST_TEST(sm.kv_key_index("k") == sm.raft_index());
-    sm.kv_delete("never-existed");  // no throw, nothing to check but that state is sane
+    sm.kv_delete("never-existed", {});  // no throw, nothing to check but that state is sane
     BOOST_TEST(sm.kv_get("never-existed") == nullptr);
 }
 
 BOOST_FIXTURE_TEST_CASE(delete_cas_rules, sm_fixture) {
-    BOOST_TEST(sm.kv_delete_cas("missing", 0));  // true when the key does not exist
-    BOOST_TEST(sm.kv_delete_cas("missing", 7));
+    BOOST_TEST(sm.kv_delete_cas("missing", 0, {}));  // true when the key does not exist
+    BOOST_TEST(sm.kv_delete_cas("missing", 7, {}));
     sm.kv_set("k", "v", 0);
     auto const m = get(sm, "k").modify_index;
-    BOOST_TEST(!sm.kv_delete_cas("k", 0));  // cas=0 on an existing key
-    BOOST_TEST(!sm.kv_delete_cas("k", m + 1));
+    BOOST_TEST(!sm.kv_delete_cas("k", 0, {}));  // cas=0 on an existing key
+    BOOST_TEST(!sm.kv_delete_cas("k", m + 1, {}));
     BOOST_TEST(sm.kv_get("k") != nullptr);
-    BOOST_TEST(sm.kv_delete_cas("k", m));
+    BOOST_TEST(sm.kv_delete_cas("k", m, {}));
     BOOST_TEST(sm.kv_get("k") == nullptr);
 }
 
 BOOST_FIXTURE_TEST_CASE(delete_tree_removes_the_subtree, sm_fixture) {
     for (auto k : {"a/b/c", "a/b/d", "a/e", "ab", "z"}) sm.kv_set(k, "v", 0);
-    sm.kv_delete_tree("a/b/");
+    sm.kv_delete_tree("a/b/", {});
     BOOST_TEST(sm.kv_get("a/b/c") == nullptr);
     BOOST_TEST(sm.kv_get("a/b/d") == nullptr);
     BOOST_TEST(sm.kv_get("a/e") != nullptr);
     BOOST_TEST(sm.kv_get("ab") != nullptr);
     auto const idx = sm.raft_index();
     BOOST_TEST(sm.kv_prefix_index("a/b/") == idx);
-    sm.kv_delete_tree("a");  // plain prefix, not a path: takes "ab" as well
+    sm.kv_delete_tree("a", {});  // plain prefix, not a path: takes "ab" as well
     BOOST_TEST(sm.kv_get("a/e") == nullptr);
     BOOST_TEST(sm.kv_get("ab") == nullptr);
     BOOST_TEST(sm.kv_get("z") != nullptr);
-    sm.kv_delete_tree("");  // everything
+    sm.kv_delete_tree("", {});  // everything
     BOOST_TEST(sm.kv_list("").empty());
 }
 
@@ -1325,7 +1325,7 @@ BOOST_FIXTURE_TEST_CASE(prefix_index_counts_entries_and_tombstones, sm_fixture) 
     auto const i3 = sm.raft_index();
     BOOST_TEST(sm.kv_prefix_index("b") == i3);
     BOOST_TEST(sm.kv_prefix_index("a/") == i2);
-    sm.kv_delete("a/y");
+    sm.kv_delete("a/y", {});
     auto const i4 = sm.raft_index();
     BOOST_TEST(i4 > i3);
     BOOST_TEST(sm.kv_prefix_index("a/") == i4);  // the tombstone counts
@@ -1336,7 +1336,7 @@ BOOST_FIXTURE_TEST_CASE(prefix_index_counts_entries_and_tombstones, sm_fixture) 
 
 BOOST_FIXTURE_TEST_CASE(key_index_of_missing_key_is_the_table_index, sm_fixture) {
     sm.kv_set("k", "v", 0);
-    sm.kv_delete("k");
+    sm.kv_delete("k", {});
     auto const del = sm.raft_index();
     BOOST_TEST(sm.kv_key_index("k") >= del);
     BOOST_TEST(sm.kv_key_index("k") == del);
@@ -1657,7 +1657,7 @@ BOOST_FIXTURE_TEST_CASE(watch_is_one_shot, sm_fixture) {
     auto reg = sm.watch({{watch_target::kind::key, "a"}}, [&] { ++fired; });
     sm.kv_set("a", "1", 0);
     sm.kv_set("a", "2", 0);
-    sm.kv_delete("a");
+    sm.kv_delete("a", {});
     BOOST_TEST(fired == 1);
     BOOST_TEST(sm.watcher_count() == 0u);
 }
@@ -1724,7 +1724,7 @@ BOOST_FIXTURE_TEST_CASE(key_watch_fires_on_release_and_delete, sm_fixture) {
     BOOST_TEST(release(sm, "k", s));
     BOOST_TEST(fired == 1);
     auto r2 = sm.watch({{watch_target::kind::key, "k"}}, [&] { ++fired; });
-    sm.kv_delete("k");
+    sm.kv_delete("k", {});
     BOOST_TEST(fired == 2);
 }
 

@@ -450,7 +450,7 @@ BOOST_FIXTURE_TEST_CASE(empty_body_is_null_value, api_fixture) {
 BOOST_FIXTURE_TEST_CASE(missing_key_is_404_with_meta, api_fixture) {
     sm.kv_set("other", "v", 0);
     sm.kv_set("gone", "v", 0);
-    sm.kv_delete("gone");
+    sm.kv_delete("gone", {});
     auto const table = sm.kv_key_index("gone");
     auto r = call(http::verb::get, "/v1/kv/gone");
     BOOST_TEST(status(r) == 404);
@@ -881,7 +881,7 @@ BOOST_FIXTURE_TEST_CASE(txn_values_of_every_length_decode, api_fixture) {
             auto const* e = sm.kv_get("k");
             BOOST_TEST(e != nullptr);
             if (e) BOOST_TEST(e->value.value_or("<null>") == value);
-            sm.kv_delete("k");
+            sm.kv_delete("k", {});
         }
     }
 }

@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(batch_round_trips_and_rejects_garbage) {
     agent::state_machine sm(config(), time_point{});
     sm.kv_set("a", std::string("1\0two", 5), 42);
     sm.kv_set("b", std::nullopt, 0);
-    sm.kv_delete("b");
+    sm.kv_delete("b", {});
     std::string sid = session(sm, time_point{});
     auto acq = sm.kv_acquire("lock", std::string("me"), 3304740253564472344ull, sid, time_point{});
     BOOST_TEST(std::get<bool>(acq));
@@ -186,7 +186,7 @@ BOOST_AUTO_TEST_CASE(fresh_directory_then_snapshot_and_log_replay) {
         BOOST_TEST(!store.pending());
         store.snapshot_now();  // state so far in the snapshot ...
         sm.kv_set("k/2", std::string("v2"), 7);  // ... and more in the new segment
-        sm.kv_delete("k/1");
+        sm.kv_delete("k/1", {});
         BOOST_TEST(sm.kv_cas("k/2", std::string("v2b"), 8, sm.kv_get("k/2")->modify_index));
         std::string other = session(sm, t0);
         sm.session_destroy(other, t0);

@@ -213,7 +213,16 @@ void agent_help(std::ostream& os) {
           "     Default: info\n\n"
           "  -log-json\n"
           "     Write each log line as one JSON object (@timestamp, @level,\n"
-          "     @module, @message), as Consul's -log-json does.\n";
+          "     @module, @message), as Consul's -log-json does.\n\n"
+          "  -ui\n"
+          "     Serve a live web view at /ui/: every lock with its holder and\n"
+          "     fencing token, lock-delay countdowns, sessions and checks, and each\n"
+          "     key's timeline of terms. Prints a second line with its URL:\n"
+          "       tenure agent UI at http://ADDRESS:PORT/ui/\n"
+          "     With ACLs on, the page asks for a token. Default: off\n\n"
+          "  -history-capacity=<n>\n"
+          "     Lock terms remembered across all keys for the UI's timelines and\n"
+          "     /v1/tenure/history; the oldest go first. 0 keeps none. Default: 4096\n";
     tenure::cli::agent_security_help(os);
 }
 
@@ -230,6 +239,8 @@ int run_agent(std::vector<std::string> args) {
         ("max-connections", po::value<std::string>()->default_value("16384"), "")  //
         ("data-dir", po::value<std::string>(), "")                            //
         ("log-json", po::bool_switch(), "")                                   //
+        ("ui", po::bool_switch(), "")                                         //
+        ("history-capacity", po::value<std::string>()->default_value("4096"), "")  //
         ("log-level", po::value<std::string>()->default_value("info"), "");
     tenure::cli::add_agent_security_flags(desc);
     po::variables_map const vm = parse_flags(std::move(args), desc);
@@ -292,6 +303,15 @@ int run_agent(std::vector<std::string> args) {
     }
     opts.log_stream = &std::clog;
     opts.log_json = vm["log-json"].as<bool>();
+    opts.ui = vm["ui"].as<bool>();
+    {
+        auto const& text = vm["history-capacity"].as<std::string>();
+        unsigned long long n = 0;
+        auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+        if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || n > 10'000'000)
+            throw usage_error("invalid value for -history-capacity: \"" + text + "\" (want 0 to 10000000)");
+        opts.history_capacity = static_cast<std::size_t>(n);
+    }
     tenure::cli::apply_agent_security_flags(vm, opts);
     tenure::detail::logger const log{opts.level, opts.log_stream,
                                      opts.log_json ? tenure::log_format::json : tenure::log_format::text};
@@ -323,6 +343,8 @@ int run_agent(std::vector<std::string> args) {
     std::cout << "tenure agent listening on " << agent->http_address() << std::endl;
     if (auto const https = agent->https_address(); !https.empty())
         std::cout << "tenure agent listening on " << https << std::endl;
+    if (opts.ui && agent->http_address().starts_with("http"))
+        std::cout << "tenure agent UI at " << agent->http_address() << "/ui/" << std::endl;
 
     tenure::run_with_busy_poll(ioc, busy_poll);
     log.info("agent", "shutdown complete");
