@@ -3,7 +3,8 @@
 # nodes. Installs the dependencies, builds, then runs examples/cron_three_nodes:
 # an embedded agent and three node processes; the leader is SIGKILLed midway
 # (takeover after TTL detection and lock-delay), then the next leader shuts
-# down cleanly (takeover at once). The demo verifies that no two nodes ever
+# down cleanly (takeover at once); the agent serves its web UI (-ui) and the
+# demo prints its URL. The demo verifies that no two nodes ever
 # ran the report at once and that fencing tokens only grew; its exit code says so.
 #   BUILD_DIR=dir   build directory (default: build)
 set -euo pipefail

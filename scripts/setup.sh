@@ -17,6 +17,8 @@ packages=(
   libboost-test1.81-dev libboost-program-options1.81-dev
   etcd-server etcd-client
   gnuplot-nox python3 procps netcat-openbsd
+  # the agent UI's browser test (tests/ui): headless Chromium driven over WebDriver
+  chromium chromium-driver
   # the reference docs (docs target, docs.reference test)
   doxygen
   # Fuzzing (scripts/fuzz.sh): clang 14, its libFuzzer/sanitizer runtimes, llvm-symbolizer.

@@ -277,7 +277,7 @@ asio::awaitable<int> demo::run() {
     auto ex = co_await asio::this_coro::executor;
     // The agent, with short TTLs allowed for the demo.
     asio::readable_pipe agent_out(ex), agent_err(ex);
-    bp::process agent(ex, tenure_bin_, {"agent", "-http-addr", "127.0.0.1:0", "-session-ttl-min", "1s", "-node", "demo"},
+    bp::process agent(ex, tenure_bin_, {"agent", "-http-addr", "127.0.0.1:0", "-session-ttl-min", "1s", "-node", "demo", "-ui"},
                       bp::process_stdio{{}, agent_out, agent_err});
     std::string buf;
     auto [ec, n] = co_await asio::async_read_until(agent_out, asio::dynamic_buffer(buf), '\n',
@@ -285,6 +285,8 @@ asio::awaitable<int> demo::run() {
     if (ec) throw std::runtime_error("the agent did not start");
     std::string url = buf.substr(buf.rfind(' ') + 1, n - buf.rfind(' ') - 2);
     print(since_start(now_ns()), "agent", "tenure agent listening on " + url);
+    // The agent's live view (-ui): every handover below appears there as it happens.
+    print(since_start(now_ns()), "agent", "web UI: " + url + "/ui/ (open it to watch the handovers)");
     print(since_start(now_ns()), "demo", "three nodes campaign for service/nightly-report/leader (TTL 2s, lock-delay 3s)");
     asio::co_spawn(ex, read_agent_log(agent_err), asio::detached);
 
