@@ -283,7 +283,10 @@ asio::awaitable<int> demo::run() {
     auto [ec, n] = co_await asio::async_read_until(agent_out, asio::dynamic_buffer(buf), '\n',
                                                    asio::as_tuple(asio::use_awaitable));
     if (ec) throw std::runtime_error("the agent did not start");
-    std::string url = buf.substr(buf.rfind(' ') + 1, n - buf.rfind(' ') - 2);
+    // The first line only: with -ui the agent prints a second one, which the
+    // read may have taken in too.
+    std::string const line = buf.substr(0, n - 1);
+    std::string url = line.substr(line.rfind(' ') + 1);
     print(since_start(now_ns()), "agent", "tenure agent listening on " + url);
     // The agent's live view (-ui): every handover below appears there as it happens.
     print(since_start(now_ns()), "agent", "web UI: " + url + "/ui/ (open it to watch the handovers)");
