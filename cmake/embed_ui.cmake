@@ -1,7 +1,7 @@
 # Writes OUTPUT, a C++ source defining find_ui_asset() (src/agent/ui_assets.hpp)
 # over the files listed in FILES (comma-separated names in SOURCE_DIR), each as
 # a byte array: no raw-string delimiter or escaping can go wrong. Included by
-# the top-level CMakeLists.txt with those three variables set (or run as
+# cmake/ui_assets.cmake with those three variables set (or run as
 # cmake -DSOURCE_DIR=... -DFILES=a.html,b.js -DOUTPUT=... -P embed_ui.cmake).
 string(REPLACE "," ";" FILES "${FILES}")
 set(arrays "")

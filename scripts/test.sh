@@ -11,6 +11,7 @@
 # TENURE_SKIP_FUZZ=1 skip them. The exit code is the first failing stage's.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+script_started=$(date +%s)
 
 bash scripts/setup.sh
 # Everything on, whatever an earlier scripts/demo.sh left in the cache.
@@ -19,7 +20,17 @@ bash scripts/build.sh -DTENURE_BUILD_TESTS=ON -DTENURE_BUILD_TOOLS=ON -DTENURE_B
 if (($#)); then
   exec ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 "$@"
 fi
+# Each stage's wall time goes to the log, so that a slow CI run says where.
+stage_started=$(date +%s)
+stage() {
+  local now
+  now=$(date +%s)
+  echo "test.sh: $1 took $((now - stage_started)) s (at $((now - script_started)) s)"
+  stage_started=$now
+}
+stage "set-up and build"
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
-[[ -n "${TENURE_SKIP_SANITIZE:-}" ]] || bash scripts/sanitize.sh
-[[ -n "${TENURE_SKIP_TSAN:-}" ]] || bash scripts/tsan.sh
-[[ -n "${TENURE_SKIP_FUZZ:-}" ]] || bash scripts/fuzz.sh
+stage "the suite"
+if [[ -z "${TENURE_SKIP_SANITIZE:-}" ]]; then bash scripts/sanitize.sh; stage "ASan + UBSan"; fi
+if [[ -z "${TENURE_SKIP_TSAN:-}" ]]; then bash scripts/tsan.sh; stage "TSan"; fi
+if [[ -z "${TENURE_SKIP_FUZZ:-}" ]]; then bash scripts/fuzz.sh; stage "fuzzing"; fi
