@@ -21,7 +21,7 @@ if (($#)); then
   exec ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 "$@"
 fi
 # Each stage's wall time goes to the log, so that a slow CI run says where.
-stage_started=$(date +%s)
+stage_started=$script_started
 stage() {
   local now
   now=$(date +%s)
