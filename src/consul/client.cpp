@@ -418,7 +418,12 @@ asio::awaitable<read_result<std::vector<kv_pair>>> client::coroutines::kv_list(
     if (r.status == 404) co_return read_result<std::vector<kv_pair>>{{}, decode_meta(r.headers)};
     expect_ok(r);
     co_return decode(r, http::verb::get, target, [&] {
-        return read_result<std::vector<kv_pair>>{decode_kv_list(parse_json(r.body)), decode_meta(r.headers)};
+        // The tree lives only in this call and is copied out at once: one
+        // arena for it instead of a malloc per node (a 10 000-key prefix,
+        // the watch hub's snapshot, is ten nodes a key).
+        unsigned char scratch[4096];
+        json::monotonic_resource mr(scratch, sizeof scratch);
+        return read_result<std::vector<kv_pair>>{decode_kv_list(parse_json(r.body, &mr)), decode_meta(r.headers)};
     });
 }
 

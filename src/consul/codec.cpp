@@ -76,7 +76,9 @@ kv_pair decode_kv(json::value const& v) {
 std::vector<kv_pair> decode_kv_list(json::value const& v) {
     std::vector<kv_pair> out;
     if (v.is_null()) return out;
-    for (auto const& e : as_array(v, "KV list")) out.push_back(decode_kv(e));
+    auto const& list = as_array(v, "KV list");
+    out.reserve(list.size());
+    for (auto const& e : list) out.push_back(decode_kv(e));
     return out;
 }
 
