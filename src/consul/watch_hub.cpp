@@ -50,7 +50,7 @@ std::optional<kv_watch_hub::key_state> kv_watch_hub::current(std::string const& 
     if (!have_snapshot_) return std::nullopt;
     key_state s;
     s.index = index_;
-    if (auto it = keys_.find(key); it != keys_.end()) s.pair = it->second;
+    if (auto it = keys_.find(key); it != keys_.end()) s.pair = it->second.pair;
     return s;
 }
 
@@ -60,7 +60,7 @@ bool kv_watch_hub::answers(waiter const& w) const {
     auto it = keys_.find(w.key);
     bool const exists = it != keys_.end();
     if (exists != w.known->exists) return true;
-    return exists && it->second.modify_index != w.known->modify_index;
+    return exists && it->second.pair.modify_index != w.known->modify_index;
 }
 
 void kv_watch_hub::deliver(waiter& w) {
@@ -78,11 +78,14 @@ asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, 
     auto& list = waiting_[key];
     auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr});
     ++waiter_count_;
+    if (it->min_index > 0 && (!have_snapshot_ || it->min_index > index_))
+        it->pending = short_of_index_.emplace(it->min_index, &*it);
     // Unregister however this coroutine ends (answered, cancelled, destroyed).
     struct unregister {
         kv_watch_hub* hub;
         waiter_list::iterator it;
         ~unregister() {
+            if (it->pending) hub->short_of_index_.erase(*it->pending);
             auto m = hub->waiting_.find(it->key);
             m->second.erase(it);
             if (m->second.empty()) hub->waiting_.erase(m);
@@ -115,42 +118,63 @@ void kv_watch_hub::ensure_running() {
 }
 
 void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index) {
-    std::unordered_map<std::string, consul::kv_pair> next;
-    next.reserve(pairs.size());
-    for (auto& p : pairs) {
-        std::string k = p.key;
-        next.emplace(std::move(k), std::move(p));
-    }
     bool const first = !have_snapshot_;
-    keys_.swap(next);  // `next` now holds the previous snapshot
+    ++snapshots_;
+    // Keys whose state moved since the last snapshot: written (or new), and
+    // gone. A waiter on any other key is answered as before, unless its
+    // min_index is reached now.
+    std::vector<std::string const*> written;  // into keys_: its nodes stay put
+    std::vector<std::string> gone;
+    for (auto& p : pairs) {
+        auto [it, added] = keys_.try_emplace(p.key);
+        auto& e = it->second;
+        if (added || e.pair.modify_index != p.modify_index) {
+            if (!first) written.push_back(&it->first);
+            e.pair = std::move(p);
+        }
+        e.seen = snapshots_;
+    }
+    for (auto it = keys_.begin(); it != keys_.end();) {
+        if (it->second.seen == snapshots_) {
+            ++it;
+            continue;
+        }
+        auto next = std::next(it);
+        gone.push_back(std::move(keys_.extract(it).key()));
+        it = next;
+    }
     index_ = index;
     have_snapshot_ = true;
-    ++snapshots_;
 
-    // Wake the waiters this snapshot answers. After the first snapshot only
-    // keys whose state moved, plus waiters still short of their min_index
-    // (they were never evaluated against a late-enough snapshot), can be.
     auto visit = [&](waiter_list& list) {
         for (auto& w : list)
             if (!w.answer && answers(w)) deliver(w);
     };
-    for (auto& [key, list] : waiting_) {
-        if (first) {
-            visit(list);
-            continue;
-        }
-        bool moved = false;
-        auto const now = keys_.find(key);
-        auto const before = next.find(key);
-        if ((now == keys_.end()) != (before == next.end())) moved = true;
-        else if (now != keys_.end() && now->second.modify_index != before->second.modify_index) moved = true;
-        if (moved) {
-            visit(list);
-            continue;
-        }
-        for (auto& w : list)
-            if (!w.answer && w.min_index > 0 && answers(w)) deliver(w);
+    if (first) {
+        for (auto& [key, list] : waiting_) visit(list);
+    } else {
+        for (auto const* key : written)
+            if (auto m = waiting_.find(*key); m != waiting_.end()) visit(m->second);
+        for (auto const& key : gone)
+            if (auto m = waiting_.find(key); m != waiting_.end()) visit(m->second);
     }
+    // Waiters that registered short of their min_index were never looked at
+    // against a late enough snapshot: this one may be it.
+    while (!short_of_index_.empty() && short_of_index_.begin()->first <= index_) {
+        waiter& w = *short_of_index_.begin()->second;
+        short_of_index_.erase(short_of_index_.begin());
+        w.pending.reset();
+        if (!w.answer && answers(w)) deliver(w);
+    }
+}
+
+// Nobody waits, or the query ended: the snapshot goes stale without a live
+// query, and the next one starts from scratch.
+void kv_watch_hub::forget_snapshot() {
+    running_ = false;
+    have_snapshot_ = false;
+    keys_.clear();
+    query_index_ = 0;
 }
 
 // The shared query. Runs while anyone waits; a failed read is retried with a
@@ -169,12 +193,7 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
             auto hub = weak.lock();
             if (!hub) co_return;
             if (hub->waiter_count_ == 0) {
-                // Nobody waits: stop, and drop the snapshot, which goes stale
-                // without a live query.
-                hub->running_ = false;
-                hub->have_snapshot_ = false;
-                hub->keys_.clear();
-                hub->query_index_ = 0;
+                hub->forget_snapshot();
                 co_return;
             }
             client = &hub->client_;
@@ -191,12 +210,7 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         } catch (boost::system::system_error const& e) {
             if (e.code() == asio::error::operation_aborted) {
                 // The hub was dropped, or the client closed.
-                if (auto hub = weak.lock()) {
-                    hub->running_ = false;
-                    hub->have_snapshot_ = false;
-                    hub->keys_.clear();
-                    hub->query_index_ = 0;
-                }
+                if (auto hub = weak.lock()) hub->forget_snapshot();
                 co_return;
             }
         }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,14 +68,25 @@ public:
     static std::shared_ptr<kv_watch_hub> get(consul::client& client, std::string const& prefix);
 
 private:
+    struct waiter;
+    using waiter_list = std::list<waiter>;
+    // Waiters whose min_index is past the snapshot they registered against,
+    // by min_index: a later snapshot may answer them though their key did
+    // not move.
+    using short_of_index = std::multimap<std::uint64_t, waiter*>;
     struct waiter {
         std::string key;
         std::uint64_t min_index = 0;
         std::optional<known_state> known;
         std::optional<key_state> answer;
         tenure::detail::timer* wake = nullptr;
+        std::optional<short_of_index::iterator> pending;
     };
-    using waiter_list = std::list<waiter>;
+    // A key of the snapshot, stamped with the last snapshot that had it.
+    struct entry {
+        consul::kv_pair pair;
+        std::uint64_t seen = 0;
+    };
 
     bool answers(waiter const& w) const;
     void deliver(waiter& w);
@@ -84,14 +96,18 @@ private:
     static boost::asio::awaitable<void> run(std::weak_ptr<kv_watch_hub> weak,
                                             std::shared_ptr<boost::asio::cancellation_signal> stop);
     void apply(std::vector<consul::kv_pair> pairs, std::uint64_t index);
+    void forget_snapshot();
 
     consul::client& client_;
     std::string prefix_;
     bool have_snapshot_ = false;
     std::uint64_t index_ = 0;
-    std::unordered_map<std::string, consul::kv_pair> keys_;
+    // Updated in place: a snapshot's unchanged keys cost a lookup each, not
+    // a copy.
+    std::unordered_map<std::string, entry> keys_;
     // Waiters by key; each list node stays put while its coroutine waits.
     std::unordered_map<std::string, waiter_list> waiting_;
+    short_of_index short_of_index_;
     std::size_t waiter_count_ = 0;
     std::uint64_t snapshots_ = 0;
     bool running_ = false;

@@ -202,6 +202,59 @@ BOOST_AUTO_TEST_CASE(index_rule_no_answer_from_an_older_snapshot) {
     });
 }
 
+// A waiter whose min_index is past the hub's snapshot is looked at again by
+// the first snapshot that reaches it, even when its own key did not move in
+// that snapshot: here it knows the key absent (stale knowledge) with the
+// index of a write outside the prefix, and a write to another key of the
+// prefix brings the snapshot that answers it.
+BOOST_AUTO_TEST_CASE(a_late_enough_snapshot_answers_though_the_key_did_not_move) {
+    run([&]() -> asio::awaitable<void> {
+        auto c = make_client();
+        co_await c->kv_put("pend/b", std::string("1"));
+        auto hub = kv_watch_hub::get(*c, "pend/");
+        auto s = co_await hub->changed("pend/b", 0, std::nullopt);
+        BOOST_REQUIRE(s.pair);
+
+        bool other_woken = false;  // keeps the hub's query parked
+        asio::co_spawn(
+            io,
+            [&, hub]() -> asio::awaitable<void> {
+                auto const absent = kv_watch_hub::known_state{false, 0};
+                co_await hub->changed("pend/other", 0, absent);
+                other_woken = true;
+            },
+            asio::detached);
+        UNTIL(hub->waiters() == 1);
+
+        co_await c->kv_put("elsewhere/x", std::string("1"));
+        auto w = co_await c->kv_get("elsewhere/x");
+        auto const beyond = w.value->modify_index;
+        BOOST_REQUIRE_GT(beyond, hub->index());
+
+        std::optional<kv_watch_hub::key_state> answer;
+        asio::co_spawn(
+            io,
+            [&, hub]() -> asio::awaitable<void> {
+                auto const absent = kv_watch_hub::known_state{false, 0};
+                answer = co_await hub->changed("pend/b", beyond, absent);
+            },
+            asio::detached);
+        UNTIL(hub->waiters() == 2);
+        BOOST_CHECK(!answer);  // the snapshot is older than what it knows
+
+        auto const snaps = hub->snapshots();
+        co_await c->kv_put("pend/c", std::string("1"));
+        UNTIL(answer.has_value());
+        BOOST_CHECK_GT(hub->snapshots(), snaps);
+        BOOST_REQUIRE(answer->pair);
+        BOOST_CHECK_EQUAL(answer->pair->modify_index, s.pair->modify_index);  // unchanged
+        BOOST_CHECK_GE(answer->index, beyond);
+        BOOST_CHECK(!other_woken);
+        co_await c->kv_put("pend/other", std::string("x"));
+        UNTIL(other_woken);
+    });
+}
+
 // Waiters come and go: a cancelled waiter leaves the hub at once, the hub's
 // query ends when nobody waits, and a later waiter starts it again with a
 // fresh snapshot (never the stale one).
