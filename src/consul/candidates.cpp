@@ -143,10 +143,10 @@ asio::awaitable<std::optional<std::uint64_t>> waits_as_candidate(consul::client&
 }
 
 asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
-                                     std::optional<consul::kv_pair> const& marker, bool always) {
+                                     registry_view const& reg, bool always) {
+    auto const& marker = reg.marker;
     auto const known = marker ? decode_priority_marker(marker->value) : std::nullopt;
     if (!always && !(known && (known->first == self || known->first.empty()))) co_return;
-    auto const reg = co_await read_registry(c, key, false);
     std::uint64_t const at = marker ? marker->modify_index : 0;
     auto const best = std::find_if(reg.live.begin(), reg.live.end(),
                                    [&](candidate_info const& ci) { return ci.session != self; });

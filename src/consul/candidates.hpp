@@ -96,13 +96,13 @@ asio::awaitable<std::optional<std::uint64_t>> waits_as_candidate(consul::client&
                                                                  std::string const& session, std::uint64_t index = 0,
                                                                  std::chrono::nanoseconds wait = std::chrono::seconds{30});
 
-// After `self` stopped waiting on `key` (it won, or gave up): when `marker`
-// (as read in the same transaction that removed its entry) names it, or with
-// `always`, name the best candidate still waiting, from one registry read; an
-// empty registry removes the marker. Compare-and-set: a better candidate that
-// named itself meanwhile stays.
+// After `self` stopped waiting on `key` (it won, or gave up), with `reg` the
+// registry as the transaction that removed its entry left it: when the
+// marker names `self` (or nobody), or with `always`, name the best candidate
+// still waiting; an empty registry removes the marker. Compare-and-set: a
+// better candidate that named itself meanwhile stays.
 asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
-                                     std::optional<consul::kv_pair> const& marker, bool always);
+                                     registry_view const& reg, bool always);
 
 // The candidate `target` names (a session id, else the best-ranked of that
 // session name) among `live`, skipping `self`.

@@ -425,16 +425,16 @@ struct candidate_registration {
                 seen.verb = "set";
                 seen.key = registry_seen_key(k);
                 seen.value = std::to_string(next_spread_seed());
-                consul::txn_op marker;  // read back: did it name us?
-                marker.verb = "get-or-empty";
-                marker.key = priority_marker_key(k);
-                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen), std::move(marker)};
+                // The registry as this removal leaves it (the marker with
+                // it): who to name next, without another read.
+                consul::txn_op tree;
+                tree.verb = "get-tree";
+                tree.key = candidates_prefix(k);
+                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen), std::move(tree)};
                 auto t = co_await coro(s->client).txn(std::move(ops));
                 if (t.committed) {
-                    std::optional<consul::kv_pair> named;
-                    for (auto& r : t.results)
-                        if (r.key == priority_marker_key(k)) named = std::move(r);
-                    co_await name_next_best(s->client, k, s->id, named, always);
+                    auto const reg = parse_registry(k, t.results, 0);
+                    co_await name_next_best(s->client, k, s->id, reg, always);
                 }
                 if (won) co_return;
                 auto r = co_await coro(s->client).kv_get(k, consistent_read());
