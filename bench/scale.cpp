@@ -104,9 +104,10 @@ asio::awaitable<void> yield_ms(int n) {
 }
 
 // The connections' high-water marks, sampled while the phases run: the
-// client's count every 2 ms (cheap) and the agent's every 100 ms (reading
-// /proc/net/tcp walks every socket of the machine and, every 5 ms, took 40%
-// of the bench's CPU in a profile).
+// client's count every 2 ms (cheap) and the agent's every second and at the
+// end (reading /proc/net/tcp walks the kernel's whole socket table: every
+// 5 ms it took 40% of the bench's CPU in a profile, every 100 ms still 7%,
+// all of it counted as the client's cost per election).
 struct connection_sampler {
     tenure::consul::client& client;
     unsigned port;  // the agent's
@@ -121,7 +122,7 @@ struct connection_sampler {
     asio::awaitable<void> loop() {
         for (int i = 0; sampling; ++i) {
             sample_client();
-            if (i % 50 == 0) sample_agent();
+            if (i % 500 == 0) sample_agent();
             co_await yield_ms(2);
         }
     }
@@ -209,9 +210,19 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
     {
         phase_clock clock{self, agent_pid};
         b.campaign(ex, sb, keys, "b", eo);
-        // Parked: A's N monitors and B's N followers all wait on the hub.
+        // Parked: A's N monitors and B's N followers all wait on the hub,
+        // and every follower's registry entry is in the hub's snapshot. (The
+        // waiters alone are not enough: a follower's first read waits on the
+        // hub too, before it has registered.)
         auto hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
-        while (hub->waiters() < static_cast<std::size_t>(2 * n)) co_await yield_ms(1);
+        auto const registered = [&] {
+            for (auto const& k : keys) {
+                auto s = hub->current(k + ".candidates/" + sb.id());
+                if (!s || !s->pair) return false;
+            }
+            return true;
+        };
+        while (hub->waiters() < static_cast<std::size_t>(2 * n) || !registered()) co_await yield_ms(1);
         clock.stop(out.follow);
         out.rss_after_kib = rss_kib(self);
         out.agent_rss_kib = rss_kib(agent_pid);
