@@ -241,9 +241,9 @@ lock_outcome classify(consul::txn_result const& r) {
     return lock_outcome::failed;
 }
 
-// One lock transaction (the lock op last, after any guard): how it went, and
-// the locked key when it went through for `session`. A transport failure is
-// `failed`.
+// One lock transaction (any guard first, then the lock op, then any ops
+// that go with taking the key): how it went, and the locked key when it went
+// through for `session`. A transport failure is `failed`.
 //
 // The request itself is not cancelled: aborted in flight, it could still
 // take the key on the server, and nobody would release it until the session
@@ -253,11 +253,16 @@ lock_outcome classify(consul::txn_result const& r) {
 struct lock_attempt {
     lock_outcome outcome = lock_outcome::failed;
     std::optional<consul::kv_pair> held;
+    std::vector<consul::kv_pair> results;  // everything the transaction read back, when it went through
+    bool guard_failed = false;             // not committed because ops[0], a guard, did not hold
 };
 
 asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consul::txn_op> ops,
                                        std::string const& session) {
     auto ex = co_await asio::this_coro::executor;
+    auto const lock_at = std::find_if(ops.begin(), ops.end(), [](consul::txn_op const& op) { return op.verb == "lock"; });
+    std::string const lock_key = lock_at == ops.end() ? std::string() : lock_at->key;
+    bool const guarded = lock_at != ops.begin();
     // Awaited with no cancellation slot: nothing cancels the request.
     auto unstoppable = [] { return asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable); };
     std::optional<consul::txn_result> t;
@@ -270,8 +275,19 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
     if (t) {
         a.outcome = classify(*t);
         if (a.outcome == lock_outcome::acquired) {
-            if (t->results.empty() || t->results.back().session != session) a.outcome = lock_outcome::failed;  // an odd answer
-            else a.held = std::move(t->results.back());
+            // The lock op's result: the last one of the key (a guard on the
+            // key itself comes before it; reads of other keys may follow).
+            auto const held = std::find_if(t->results.rbegin(), t->results.rend(),
+                                           [&](consul::kv_pair const& p) { return p.key == lock_key; });
+            if (held == t->results.rend() || held->session != session) {
+                a.outcome = lock_outcome::failed;  // an odd answer
+            } else {
+                a.held = *held;
+                a.results = std::move(t->results);
+            }
+        } else if (guarded) {
+            a.guard_failed = std::any_of(t->errors.begin(), t->errors.end(),
+                                         [](consul::txn_error const& e) { return e.op_index == 0; });
         }
     }
     auto const cancelled = (co_await asio::this_coro::cancellation_state).cancelled();
@@ -397,9 +413,12 @@ asio::awaitable<clock::duration> consul_session::holder_lock_delay(std::string c
 namespace {
 
 // This candidate's registry entry while it waits (candidates.hpp): made when
-// the acquire first finds the key held, removed in the background (owned by
-// the session) when the acquire ends however it ends. An acquire that ended
-// without the key while a handoff to it was landing gives the key back.
+// the acquire first finds the key held. The lock transaction that takes the
+// key takes the entry out too (removal_ops after the lock op: all or
+// nothing), so the usual win costs no request of its own. Otherwise it is
+// removed in the background (owned by the session) when the acquire ends
+// however it ends. An acquire that ended without the key while a handoff to
+// it was landing gives the key back.
 struct candidate_registration {
     std::shared_ptr<consul_session> session;
     std::string key;
@@ -408,29 +427,70 @@ struct candidate_registration {
     bool name_next = false;  // took the key with nobody live named: name the next best anyway
     std::uint64_t since = 0;
     std::uint64_t modify_index = 0;  // of our entry: deleted by compare-and-delete (a newer registration stays)
+    std::uint64_t named_at = 0;      // the marker's index when we named ourselves in it (0: unknown)
 
     candidate_registration(std::shared_ptr<consul_session> s, std::string k) : session(std::move(s)), key(std::move(k)) {}
     candidate_registration(candidate_registration const&) = delete;
     candidate_registration& operator=(candidate_registration const&) = delete;
+
+    // Removes the entry `at` its ModifyIndex (0: whatever it is), moves
+    // `.seen`, and reads the registry as that leaves it (the marker with it):
+    // who to name next, without another read.
+    static std::vector<consul::txn_op> removal_ops(std::string const& key, std::string const& session,
+                                                   std::uint64_t at) {
+        consul::txn_op gone;
+        gone.key = candidate_key(key, session);
+        gone.verb = at != 0 ? "delete-cas" : "delete";
+        gone.index = at;
+        consul::txn_op seen;
+        seen.verb = "set";
+        seen.key = registry_seen_key(key);
+        seen.value = std::to_string(next_spread_seed());
+        consul::txn_op tree;
+        tree.verb = "get-tree";
+        tree.key = candidates_prefix(key);
+        std::vector<consul::txn_op> ops;
+        ops.reserve(3);
+        ops.push_back(std::move(gone));
+        ops.push_back(std::move(seen));
+        ops.push_back(std::move(tree));
+        return ops;
+    }
+
+    // The ops the lock transaction carries for a registered candidate. A
+    // plain delete: our current entry, whatever its index (a compare that
+    // failed would fail the lock with it, on every retry).
+    std::vector<consul::txn_op> ops_with_lock() const { return active ? removal_ops(key, session->id, 0) : std::vector<consul::txn_op>{}; }
+
+    // The lock transaction went through with ops_with_lock(): the entry is
+    // gone; `results` is what it read back.
+    void removed_by_lock(std::vector<consul::kv_pair> const& results) {
+        if (!active) return;
+        active = false;
+        auto reg = parse_registry(key, results, 0);
+        bool const alone = std::none_of(reg.live.begin(), reg.live.end(),
+                                        [&](candidate_info const& c) { return c.session != session->id; });
+        if (alone) {
+            // What a release would read first: nobody waits, as of .seen's index.
+            auto& empty_at = session->registry_empty_at;
+            if (empty_at.size() >= 4096) empty_at.clear();
+            empty_at.insert_or_assign(key, reg.seen ? reg.seen->modify_index : 0);
+        }
+        session->spawn_owned([s = session, k = key, reg = std::move(reg), always = name_next]() -> asio::awaitable<void> {
+            try {
+                co_await name_next_best(s->client, k, s->id, reg, always);
+            } catch (system_error const&) {
+                // The marker stays as it was: the next freeing reads the registry.
+            }
+        });
+    }
+
     ~candidate_registration() {
         if (!active) return;
         session->spawn_owned([s = session, k = key, won = won, at = modify_index,
                               always = name_next]() -> asio::awaitable<void> {
             try {
-                consul::txn_op gone;
-                gone.key = candidate_key(k, s->id);
-                gone.verb = at != 0 ? "delete-cas" : "delete";
-                gone.index = at;
-                consul::txn_op seen;
-                seen.verb = "set";
-                seen.key = registry_seen_key(k);
-                seen.value = std::to_string(next_spread_seed());
-                // The registry as this removal leaves it (the marker with
-                // it): who to name next, without another read.
-                consul::txn_op tree;
-                tree.verb = "get-tree";
-                tree.key = candidates_prefix(k);
-                std::vector<consul::txn_op> ops{std::move(gone), std::move(seen), std::move(tree)};
+                auto ops = removal_ops(k, s->id, at);
                 auto t = co_await coro(s->client).txn(std::move(ops));
                 if (t.committed) {
                     auto const reg = parse_registry(k, t.results, 0);
@@ -522,6 +582,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     }
 
     std::optional<key_view> seen_taken;  // a deferral saw the key taken: no read needed
+    bool read_marker = false;  // the hub's marker failed as a guard: read it
     for (;;) {
         std::optional<key_view> r;
         bool transient = false;
@@ -583,14 +644,21 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                     std::optional<priority_marker> known = decode_priority_marker(m.value);
                     std::uint64_t at = m.modify_index;
                     for (int attempt = 0; attempt < 2 && takes_marker(known, eopts.priority); ++attempt) {
-                        consul::put_options po;
-                        po.cas = at;
-                        bool raised = false;
                         try {
+                            // A one-op transaction, not PUT ?cas=: its answer
+                            // carries the marker's new index (see named_at).
                             std::string mk = priority_marker_key(key);
-                            std::string mv = encode_priority_marker(eopts.priority, id);
-                            raised = co_await coro(client).kv_put(mk, std::move(mv), po);
-                            if (raised) break;
+                            consul::txn_op name_me;
+                            name_me.verb = "cas";
+                            name_me.key = mk;
+                            name_me.value = encode_priority_marker(eopts.priority, id);
+                            name_me.index = at;
+                            std::vector<consul::txn_op> mops{std::move(name_me)};
+                            auto named = co_await coro(client).txn(std::move(mops));
+                            if (named.committed) {
+                                if (named.results.size() == 1) reg.named_at = named.results.front().modify_index;
+                                break;
+                            }
                             auto again = co_await coro(client).kv_get(std::move(mk), consistent_read());
                             known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
                             at = again.value ? again.value->modify_index : 0;
@@ -626,11 +694,34 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         // waiting): the best waiting candidate goes first. The marker names
         // it (candidates.hpp): one small read, and one more to see that the
         // one named still waits.
+        // Named in the marker as the hub's snapshot shows it, or as we wrote
+        // it ourselves, this candidate goes at once with no read: its lock is
+        // guarded by the marker's index, so a marker that moved since fails
+        // the try, and we read it.
         std::optional<priority_marker> top;
+        std::optional<consul::txn_op> marker_guard;
         std::string defer_to;    // the live candidate named, ranked before us
         std::uint64_t defer_index = 0;  // of the read that showed it waiting
         bool read_all = false;   // nobody live named, and someone may rank before us
-        if (reg.active && !once && grace > clock::duration::zero()) {
+        if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false)) {
+            std::string mk = priority_marker_key(key);
+            std::uint64_t at = 0;  // the marker's index, where it names us
+            auto const s = hub ? hub->current(mk) : std::nullopt;
+            if (s && s->pair) {
+                auto m = decode_priority_marker(s->pair->value);
+                if (m && m->first == id) at = s->pair->modify_index;
+            } else if (!s) {
+                at = reg.named_at;  // as we wrote it (a later write fails the guard)
+            }
+            if (at != 0) {
+                top = priority_marker{eopts.priority, id};
+                marker_guard.emplace();
+                marker_guard->verb = "check-index";
+                marker_guard->key = std::move(mk);
+                marker_guard->index = at;
+            }
+        }
+        if (reg.active && !once && grace > clock::duration::zero() && !marker_guard) {
             try {
                 std::string mk = priority_marker_key(key);
                 auto m = co_await coro(client).kv_get(std::move(mk), consistent_read());
@@ -731,10 +822,23 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         if (behind > clock::duration::zero() && !named)
             co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
 
-        std::vector<consul::txn_op> ops{lock_op};
-        auto const attempt = co_await try_lock(client, std::move(ops), id);
+        std::vector<consul::txn_op> ops;
+        if (marker_guard) ops.push_back(std::move(*marker_guard));
+        ops.push_back(lock_op);
+        for (auto& op : reg.ops_with_lock()) ops.push_back(std::move(op));
+        auto attempt = co_await try_lock(client, std::move(ops), id);
         auto const outcome = attempt.outcome;
-        if (attempt.held) co_return acquired(*attempt.held);
+        if (attempt.held) {
+            reg.removed_by_lock(attempt.results);
+            co_return acquired(*attempt.held);
+        }
+        if (attempt.guard_failed) {
+            // The marker moved after the snapshot: look again, reading it.
+            read_marker = true;
+            index = 0;
+            known.reset();
+            continue;
+        }
         if (outcome == lock_outcome::held) {
             in_herd.reset();
             if (once) co_return nullptr;

@@ -397,6 +397,47 @@ BOOST_AUTO_TEST_CASE(a_holder_that_saw_no_candidates_still_hands_over_to_new_one
     });
 }
 
+// The lock transaction that takes the key takes the winner's registry entry
+// out with it (one raft index for both, and `.seen` moved by it): the win
+// costs no request of its own, and nobody ever sees the holder still listed
+// as waiting. With and without a shared watch (the marker read from the
+// hub's snapshot, or as the candidate wrote it), after an invalidation.
+BOOST_AUTO_TEST_CASE(a_winner_leaves_the_registry_in_the_transaction_that_takes_the_key) {
+    run([&]() -> asio::awaitable<void> {
+        asio::steady_timer wake(io, steady::time_point::max());
+        for (bool const shared : {false, true}) {
+            std::string const key = shared ? "itest/entry-out/shared/leader" : "itest/entry-out/leader";
+            tenure::election_options eo;
+            if (shared) eo.shared_watch = "itest/entry-out/shared/";
+            auto hs = co_await session("holder");
+            tenure::election he(hs, key, "h", eo);
+            auto lead = co_await he.acquire();
+            candidate w;
+            w.name = "w";
+            w.session = co_await session("w");
+            w.election = std::make_unique<tenure::election>(w.session, key, "w", eo);
+            w.start(wake);
+            co_await await_candidates(key, 1);
+            // An invalidation: the holder's session destroyed, so the waiter
+            // sees the key free and takes it itself (no handoff).
+            co_await tenure::detail::coro(*client).session_destroy(hs.id());
+            co_await wait_for(wake, [&] { return w.done; });
+            BOOST_TEST_REQUIRE(!w.ec);
+            BOOST_TEST_REQUIRE(w.scope.has_value());
+            auto k = co_await read_key(key);
+            BOOST_TEST(k.session == w.session.id());
+            auto seen = co_await read_key(key + ".candidates/.seen");
+            BOOST_TEST(seen.modify_index == k.modify_index, "shared " << shared << ": .seen moved at "
+                                                                      << seen.modify_index << ", the key at "
+                                                                      << k.modify_index);
+            auto entry = co_await tenure::detail::coro(*client).kv_get(key + ".candidates/" + w.session.id(),
+                                                                       tenure::detail::consistent_read());
+            BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the winner is still listed");
+            co_await w.scope->release();
+        }
+    });
+}
+
 BOOST_AUTO_TEST_CASE(after_an_invalidation_a_better_candidate_goes_first) {
     run([&]() -> asio::awaitable<void> {
         std::string const key = "itest/invalid/leader";
