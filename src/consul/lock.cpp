@@ -166,8 +166,7 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                 auto best = std::find_if(reg.live.begin(), reg.live.end(),
                                          [&](candidate_info const& c) { return c.session != session->id; });
                 if (best == reg.live.end()) {
-                    if (owner.registry_empty_at.size() >= 4096) owner.registry_empty_at.clear();
-                    owner.registry_empty_at.insert_or_assign(key, reg.seen ? reg.seen->modify_index : 0);
+                    owner.note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
                     break;
                 }
                 transfer_target = best->session;
@@ -470,12 +469,8 @@ struct candidate_registration {
         auto reg = parse_registry(key, results, 0);
         bool const alone = std::none_of(reg.live.begin(), reg.live.end(),
                                         [&](candidate_info const& c) { return c.session != session->id; });
-        if (alone) {
-            // What a release would read first: nobody waits, as of .seen's index.
-            auto& empty_at = session->registry_empty_at;
-            if (empty_at.size() >= 4096) empty_at.clear();
-            empty_at.insert_or_assign(key, reg.seen ? reg.seen->modify_index : 0);
-        }
+        // What a release would read first: nobody waits, as of .seen's index.
+        if (alone) session->note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
         session->spawn_owned([s = session, k = key, reg = std::move(reg), always = name_next]() -> asio::awaitable<void> {
             try {
                 co_await name_next_best(s->client, k, s->id, reg, always);

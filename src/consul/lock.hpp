@@ -90,6 +90,11 @@ struct consul_session final : session_impl {
     // of the key is a check-index + unlock transaction, no registry read.
     std::unordered_map<std::string, std::uint64_t> registry_empty_at;
 
+    void note_registry_empty(std::string const& key, std::uint64_t seen_index) {
+        if (registry_empty_at.size() >= 4096) registry_empty_at.clear();
+        registry_empty_at.insert_or_assign(key, seen_index);
+    }
+
     void note_released(std::string const& key, std::uint64_t modify_index) {
         if (released_at.size() >= 4096) released_at.clear();
         released_at.insert_or_assign(key, modify_index);
