@@ -45,9 +45,8 @@ public:
     asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
                                         clock::time_point deadline) override {
         auto const keep = shared_from_this();
-        std::string const what = describe(method, target);
         std::string const wire = render_request(method, target, body);
-        auto res = co_await pool_.exchange(wire, deadline, what);
+        auto res = co_await pool_.exchange(wire, deadline, {http::to_string(method), target});
         http_response out;
         out.status = res.result_int();
         out.body = std::move(res.body());
@@ -79,16 +78,6 @@ private:
             w.append("\r\nContent-Length: ").append(std::to_string(body.size()));
         w.append("\r\n\r\n").append(body);
         return w;
-    }
-
-    // "GET /v1/kv/a on 127.0.0.1:8500" (or on unix:///path).
-    std::string describe(http::verb method, std::string_view target) const {
-        std::string s(http::to_string(method));
-        s += ' ';
-        s += target;
-        s += " on ";
-        s += pool_.where();
-        return s;
     }
 
     http_transport_options opts_;

@@ -145,11 +145,10 @@ asio::awaitable<http_answer> transport::post(std::string target, std::string bod
     std::size_t const first = current_;
     for (std::size_t k = 0; k < n; ++k) {
         std::size_t const i = (first + k) % n;
-        std::string const what = "POST " + target + " on " + endpoints_[i].host_header;
         auto const deadline = clock::now() + per_attempt;
         try {
             std::string const wire = render_post(endpoints_[i].host_header, target, body);
-            auto res = co_await pools_[i]->exchange(wire, deadline, what);
+            auto res = co_await pools_[i]->exchange(wire, deadline, {"POST", target});
             http_answer a{res.result_int(), std::move(res.body()), i};
             if (a.status == 503 && k + 1 < n) {
                 bad(i);  // Unavailable (no leader, request timed out): another member may do better

@@ -121,6 +121,13 @@ std::string http_pool::where() const {
     return d.unix_path.empty() ? d.host_header : "unix://" + d.unix_path;
 }
 
+std::string http_pool::describe(request_label label) const {
+    std::string s;
+    s.reserve(label.method.size() + label.target.size() + 32);
+    s.append(label.method).append(" ").append(label.target).append(" on ").append(where());
+    return s;
+}
+
 void http_pool::fail(boost::system::error_code ec, std::string what, std::string_view reason) const {
     on_fail_(net_failure{ec, std::move(what), reason});
     std::abort();  // the handler must throw
@@ -246,21 +253,25 @@ asio::awaitable<std::unique_ptr<http_connection>> http_pool::connect(clock::time
 }
 
 asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, clock::time_point deadline,
-                                                         std::string const& what) {
+                                                         request_label label) {
     for (int attempt = 0;; ++attempt) {
         std::uint64_t const generation = generation_;
-        // The retry always uses a fresh connection.
+        // The retry always uses a fresh connection. An idle one, the usual
+        // case, is taken without awaiting obtain() (no coroutine frame).
         // (Two statements: g++ 12 mishandles a co_await inside ?: .)
         std::unique_ptr<http_connection> c;
         if (attempt == 0) {
-            auto pooled = co_await obtain(deadline, what);
-            c = std::move(pooled);
+            c = take_idle();
+            if (!c && at_limit()) {
+                auto pooled = co_await obtain(deadline, describe(label));
+                c = std::move(pooled);
+            }
         }
         bool const reused = c != nullptr;
         if (!c) {
-            auto fresh = co_await open(deadline, what, true);
+            auto fresh = co_await open(deadline, describe(label), true);
             c = std::move(fresh);
-            if (generation != generation_) fail(asio::error::operation_aborted, what);  // close() ran meanwhile
+            if (generation != generation_) fail(asio::error::operation_aborted, describe(label));  // close() ran meanwhile
         }
         active_guard guard{*this, *c};
         c->stream.expires_at(deadline);
@@ -277,7 +288,7 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
         if (wec) {
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
             if (!aborted && retry(wec, false)) continue;
-            fail_io(wec, aborted, what);
+            fail_io(wec, aborted, describe(label));
         }
 
         http::response_parser<http::string_body> parser;
@@ -286,7 +297,7 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
         if (rec) {
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
             if (!aborted && retry(rec, parser.got_some() || c->buffer.size() != 0)) continue;
-            fail_io(rec, aborted, what);
+            fail_io(rec, aborted, describe(label));
         }
 
         response res = parser.release();

@@ -72,6 +72,14 @@ struct net_failure {
 // Must throw; the pool never continues after calling it.
 using fail_handler = std::function<void(net_failure const&)>;
 
+// What a request is, for its error messages ("PUT /v1/txn on 127.0.0.1:8500"):
+// the pool renders it only when the request fails, so that one that succeeds
+// builds no string. The views must outlive the exchange.
+struct request_label {
+    std::string_view method;
+    std::string_view target;
+};
+
 // Counts open connections so that a capped pool knows when one closes.
 struct connection_count {
     std::size_t open = 0;
@@ -108,7 +116,7 @@ public:
     // fails for an HTTP status. The pool must outlive the call (the owner
     // keeps itself alive).
     boost::asio::awaitable<response> exchange(std::string_view wire, clock::time_point deadline,
-                                              std::string const& what);
+                                              request_label label);
 
     // A new connection of the caller's own, deadline set: counted as open
     // but never pooled, and close() does not touch it.
@@ -124,6 +132,8 @@ public:
     http_destination const& destination() const noexcept { return opts_.destination; }
     // The destination in error messages: host:port, or unix://path.
     std::string where() const;
+    // "<method> <target> on <where()>".
+    std::string describe(request_label label) const;
 
 private:
     using endpoint = net_stream::protocol::endpoint;  // TCP or Unix
