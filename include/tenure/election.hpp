@@ -60,10 +60,14 @@ struct election_options {
     /// (ignored on etcd, whose watches are streams already).
     std::string shared_watch;
 
-    /// Retake the key without reading it first when this session was the
-    /// last to release it and nobody has written it since (a check-index +
-    /// lock transaction): one request fewer per term for a process that
-    /// takes the same lock again and again. The cost: a candidate that calls
+    /// An acquire() retakes the key without reading it first when this
+    /// session was the last to release it and nobody has written it since (a
+    /// check-index + lock transaction): one request fewer per term for a
+    /// process that takes the same lock again and again. Without this option
+    /// that happens only after a release that found no candidate waiting (see
+    /// handoff_on_release), so a release that had someone to hand the key to
+    /// always does. With it, every release is a plain unlock that reports the
+    /// key's index, waiting candidates or not. The cost: a candidate that calls
     /// acquire() right after release() usually beats the followers the
     /// release woke (they need a round trip to try), so the key does not go
     /// round. Consul only.
@@ -110,10 +114,11 @@ struct election_options {
 
     /// A clean release (release(), the scope's destructor) hands the key to
     /// the best waiting candidate in one transaction (unlock for us, lock for
-    /// it) instead of freeing it: no race, and priority is respected. It costs
-    /// one read of the registry per release (one round trip). False, or with
-    /// quick_retake (made for one process taking the key again and again): a
-    /// plain `?release=`. Consul only.
+    /// it) instead of freeing it: no race, and priority is respected. It reads
+    /// the registry first, unless this session last saw it empty and nobody
+    /// has registered since: then the release is one unlock transaction
+    /// guarded by that. False, or with quick_retake (made for one process
+    /// taking the key again and again): a plain unlock. Consul only.
     bool handoff_on_release = true;
 };
 

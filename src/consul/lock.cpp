@@ -132,15 +132,16 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
         if (auto it = owner.registry_empty_at.find(key); it != owner.registry_empty_at.end()) {
             // Nobody registered or left since we saw the registry empty: a
             // plain unlock, guarded by that, in one round trip.
+            std::uint64_t const seen_index = it->second;
+            owner.registry_empty_at.erase(it);
             consul::txn_op guard;
             guard.key = registry_seen_key(key);
-            if (it->second == 0) {
+            if (seen_index == 0) {
                 guard.verb = "check-not-exists";
             } else {
                 guard.verb = "check-index";
-                guard.index = it->second;
+                guard.index = seen_index;
             }
-            owner.registry_empty_at.erase(it);
             consul::txn_op unlock;
             unlock.verb = "unlock";
             unlock.key = key;
@@ -149,7 +150,16 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
             unlock.session = session->id;
             std::vector<consul::txn_op> ops{std::move(guard), std::move(unlock)};
             auto r = co_await coro(client).txn(std::move(ops));
-            if (r.committed) co_return;
+            if (r.committed) {
+                // The guard held, so the registry is still empty as of the
+                // same index: the next release needs no read either. Nobody
+                // waited for the key, so this session may take it again with
+                // no read first (the released ModifyIndex as its guard).
+                owner.note_registry_empty(key, seen_index);
+                if (r.results.size() == 1 && r.results.front().session.empty())
+                    owner.note_released(key, r.results.front().modify_index);
+                co_return;
+            }
             for (auto const& e : r.errors)
                 if (e.op_index == 1) co_return;  // not ours to release any more
         }
@@ -560,12 +570,13 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         return st;
     };
 
-    // Quick retake: this session released the key cleanly and, if nobody has
+    // Retake: this session released the key cleanly and, if nobody has
     // touched it since (check-index), it is still a free lock key: take it
     // with no read first. Any other answer falls back to the loop below.
-    // Opt-in: a woken follower needs about one round trip to try, so a
-    // candidate that retakes at once usually beats it (no rotation).
-    if (auto it = released_at.find(key); it != released_at.end() && quick_retake) {
+    // The release notes the index only when nobody waited for the key (its
+    // guarded unlock, with handoff_on_release), or with quick_retake, which
+    // opts into beating the followers a release woke (no rotation).
+    if (auto it = released_at.find(key); it != released_at.end()) {
         consul::txn_op check;
         check.verb = "check-index";
         check.key = key;

@@ -59,6 +59,20 @@ struct election_fixture {
 
     std::string url() const { return "http://127.0.0.1:" + std::to_string(agent.port()); }
 
+    // The sum of the agent's Prometheus samples on lines that start with `prefix`.
+    double metric(std::string const& prefix) {
+        tenure::itest::http_client http("127.0.0.1", agent.port());
+        auto text = http.get("/v1/agent/metrics?format=prometheus").body;
+        double sum = 0;
+        for (std::size_t at = text.find("\n" + prefix); at != std::string::npos; at = text.find("\n" + prefix, at + 1)) {
+            auto const line_end = text.find('\n', at + 1);
+            auto const line = text.substr(at + 1, line_end - at - 1);
+            sum += std::stod(line.substr(line.rfind(' ') + 1));
+        }
+        return sum;
+    }
+    double kv_gets() { return metric("tenure_http_requests_total{method=\"GET\",endpoint=\"kv\""); }
+
     std::unique_ptr<consul::client> make_client(std::string address = {}) {
         consul::client_config c;
         c.address = address.empty() ? url() : address;
@@ -705,23 +719,83 @@ BOOST_AUTO_TEST_CASE(quick_retake_honours_whatever_happened_to_the_key_meanwhile
     });
 }
 
+// The default options (handoff_on_release, no quick_retake): a candidate
+// alone on its key releases with one unlock guarded by the empty registry,
+// and retakes with one check-index + lock, so its terms send no read at all.
+// A candidate that comes to wait breaks the guard: the next release reads
+// the registry and hands the key over, and the one after that, with nobody
+// left waiting, frees it again.
+BOOST_AUTO_TEST_CASE(a_lone_candidate_retakes_with_no_read_and_still_hands_over_to_a_newcomer) {
+    auto client = make_client();
+    run([&]() -> asio::awaitable<void> {
+        auto a = co_await tenure::session::create(*client, opts("a", 5s, 0ms));
+        auto b = co_await tenure::session::create(*client, opts("b", 5s, 0ms));
+        tenure::election_options no_monitor;  // terms shorter than the monitor's delay: no query of its own
+        no_monitor.monitor_delay = 1h;
+        tenure::election ea(a, "itest/lone", "a", no_monitor), eb(b, "itest/lone", "b", no_monitor);
+
+        // The first terms read the key and the registry: they learn both.
+        std::uint64_t last = 0;
+        for (int i = 0; i < 2; ++i) {
+            auto s = co_await ea.acquire();
+            last = s.token();
+            co_await s.release();
+        }
+        double const gets_before = kv_gets();
+        for (int i = 0; i < 20; ++i) {
+            auto s = co_await ea.acquire();
+            BOOST_REQUIRE(s.held());
+            BOOST_REQUIRE(s.token() > last);
+            last = s.token();
+            co_await s.release();
+        }
+        BOOST_TEST(kv_gets() - gets_before == 0.0);
+        auto freed = co_await client->kv_get("itest/lone");
+        BOOST_REQUIRE(freed.value);
+        BOOST_TEST(freed.value->session.empty());
+
+        // b comes to wait while a leads: a's release goes to b, not to the free key.
+        auto sa = co_await ea.acquire();
+        std::optional<tenure::leadership_scope> sb;
+        eb.acquire([&](error_code ec, tenure::leadership_scope s) {
+            BOOST_REQUIRE(!ec);
+            sb = std::move(s);
+        });
+        for (;;) {
+            auto waiting = co_await ea.candidates();
+            if (!waiting.empty()) break;
+            co_await sleep_for(1ms);
+        }
+        co_await sa.release();
+        while (!sb) co_await sleep_for(1ms);
+        BOOST_TEST(sb->token() > last);
+        auto handed = co_await client->kv_get("itest/lone");
+        BOOST_REQUIRE(handed.value);
+        BOOST_TEST(handed.value->session == b.id());
+
+        // a, who released last but did not free the key, reads before it
+        // tries: it waits for b's term.
+        std::optional<tenure::leadership_scope> again;
+        ea.acquire([&](error_code ec, tenure::leadership_scope s) {
+            BOOST_REQUIRE(!ec);
+            again = std::move(s);
+        });
+        co_await sleep_for(50ms);
+        BOOST_TEST(!again.has_value());
+        co_await sb->release();
+        while (!again) co_await sleep_for(1ms);
+        BOOST_TEST(again->token() > sb->token());
+        co_await again->release();
+        co_await a.close();
+        co_await b.close();
+    });
+}
+
 // election_options::monitor_delay: a term shorter than the delay costs no
 // blocking query; a term that outlives it gets its monitor, which starts from
 // the state the acquire saw and so misses nothing that happened meanwhile.
 BOOST_AUTO_TEST_CASE(monitor_delay_spares_short_terms_their_query_and_misses_no_loss) {
     auto client = make_client();
-    tenure::itest::http_client http("127.0.0.1", agent.port());
-    auto metric = [&](std::string const& prefix) {
-        auto text = http.get("/v1/agent/metrics?format=prometheus").body;
-        double sum = 0;
-        for (std::size_t at = text.find("\n" + prefix); at != std::string::npos; at = text.find("\n" + prefix, at + 1)) {
-            auto const line_end = text.find('\n', at + 1);
-            auto const line = text.substr(at + 1, line_end - at - 1);
-            sum += std::stod(line.substr(line.rfind(' ') + 1));
-        }
-        return sum;
-    };
-    auto kv_gets = [&] { return metric("tenure_http_requests_total{method=\"GET\",endpoint=\"kv\""); };
     auto parked = [&] { return metric("tenure_blocking_queries "); };
     auto retaking = [](std::chrono::nanoseconds monitor_delay) {
         tenure::election_options o;
