@@ -189,7 +189,7 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
     lock.value = target.value;
     lock.flags = consul::lock_flag_value;
     lock.session = target.session;
-    std::vector<consul::txn_op> ops{std::move(waits), std::move(unlock), std::move(lock)};
+    auto ops = txn_ops(std::move(waits), std::move(unlock), std::move(lock));
     auto r = co_await coro(c).txn(std::move(ops));
     transfer_outcome out;
     if (r.committed) {

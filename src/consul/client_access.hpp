@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace tenure::detail {
 
@@ -23,5 +25,16 @@ struct client_access {
 //
 //     auto r = co_await coro(client).kv_get(key, consistent_read());
 inline auto const& coro(consul::client& c) noexcept { return client_access::coroutines(c); }
+
+// A transaction's operations, moved in when given as rvalues: a braced
+// std::vector{a, b} copies every string of every op out of its
+// initializer_list.
+template <class... Ops>
+std::vector<consul::txn_op> txn_ops(Ops&&... ops) {
+    std::vector<consul::txn_op> v;
+    v.reserve(sizeof...(Ops));
+    (v.push_back(std::forward<Ops>(ops)), ...);
+    return v;
+}
 
 }  // namespace tenure::detail

@@ -148,7 +148,7 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
             unlock.value = value;
             unlock.flags = consul::lock_flag_value;
             unlock.session = session->id;
-            std::vector<consul::txn_op> ops{std::move(guard), std::move(unlock)};
+            auto ops = txn_ops(std::move(guard), std::move(unlock));
             auto r = co_await coro(client).txn(std::move(ops));
             if (r.committed) {
                 // The guard held, so the registry is still empty as of the
@@ -199,7 +199,7 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
     op.value = value;
     op.flags = consul::lock_flag_value;
     op.session = session->id;
-    std::vector<consul::txn_op> ops{std::move(op)};
+    auto ops = txn_ops(std::move(op));
     auto r = co_await coro(client).txn(std::move(ops));
     if (r.committed && r.results.size() == 1 && r.results.front().session.empty())
         static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
@@ -335,7 +335,7 @@ asio::awaitable<std::optional<consul::kv_pair>> retake_after_lock_delay(consul::
     }
     for (;;) {
         co_await sleep_until(backoff.refused(clock::now(), lock_delay));
-        std::vector<consul::txn_op> guarded{guard, lock_op};
+        auto guarded = txn_ops(guard, lock_op);
         auto again = co_await try_lock(client, std::move(guarded), session);
         if (again.held) co_return std::move(again.held);
         if (again.outcome != lock_outcome::lock_delay) co_return std::nullopt;
@@ -582,7 +582,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         check.key = key;
         check.index = it->second;
         released_at.erase(it);
-        std::vector<consul::txn_op> ops{std::move(check), lock_op};
+        auto ops = txn_ops(std::move(check), lock_op);
         auto const a = co_await try_lock(client, std::move(ops), id);
         if (a.held) co_return acquired(*a.held);
     }
@@ -632,7 +632,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 seen.verb = "set";
                 seen.key = registry_seen_key(key);
                 seen.value = std::to_string(next_spread_seed());
-                std::vector<consul::txn_op> ops{std::move(entry), std::move(marker), std::move(seen)};
+                auto ops = txn_ops(std::move(entry), std::move(marker), std::move(seen));
                 reg.active = true;
                 std::optional<consul::txn_result> t;
                 try {
@@ -659,7 +659,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                             name_me.key = mk;
                             name_me.value = encode_priority_marker(eopts.priority, id);
                             name_me.index = at;
-                            std::vector<consul::txn_op> mops{std::move(name_me)};
+                            auto mops = txn_ops(std::move(name_me));
                             auto named = co_await coro(client).txn(std::move(mops));
                             if (named.committed) {
                                 if (named.results.size() == 1) reg.named_at = named.results.front().modify_index;
