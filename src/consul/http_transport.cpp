@@ -29,6 +29,7 @@ tenure::detail::http_pool_options pool_options(http_transport_options const& o) 
     p.destination = {o.host, o.port, o.host_header, o.unix_path, o.tls, o.tls_server_name};
     p.max_idle = std::max<std::size_t>(o.max_idle_connections, 1);
     p.max_connections = o.max_connections;
+    p.kept_fields_prefix = "X-Consul-";  // what the client reads (decode_meta)
     return p;
 }
 

@@ -30,7 +30,7 @@ using clock = tenure::detail::clock;
 struct http_response {
     unsigned status = 0;
     std::string body;
-    http::fields headers;  // every response header (X-Consul-* included)
+    http::fields headers;  // the X-Consul-* response headers (at least: the HTTP transport keeps no others)
 };
 
 class transport {

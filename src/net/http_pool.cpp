@@ -16,12 +16,14 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
@@ -60,6 +62,45 @@ bool idle_connection_dead(http_connection& c) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     return true;  // EOF, an error, or bytes nobody asked for
 }
+
+// A response parser that stores the status, the body and only the header
+// fields the owner reads (Beast's response_parser stores every field, one
+// allocation each). Keep-alive is the parser's own reading of the header.
+class response_reader final : public http::basic_parser<false> {
+public:
+    explicit response_reader(std::string_view kept_prefix) : kept_prefix_(kept_prefix) {}
+    http_pool::response release() { return std::move(res_); }
+
+private:
+    void on_request_impl(http::verb, beast::string_view, beast::string_view, int, beast::error_code&) override {}
+    void on_response_impl(int code, beast::string_view, int version, beast::error_code&) override {
+        res_.result(static_cast<unsigned>(code));
+        res_.version(version);
+    }
+    void on_field_impl(http::field, beast::string_view name, beast::string_view value, beast::error_code&) override {
+        if (!kept_prefix_.empty() && name.size() >= kept_prefix_.size() &&
+            beast::iequals(name.substr(0, kept_prefix_.size()), kept_prefix_))
+            res_.insert(name, value);
+    }
+    void on_header_impl(beast::error_code&) override {}
+    void on_body_init_impl(boost::optional<std::uint64_t> const& length, beast::error_code&) override {
+        // A declared length is a hint, not a promise: reserve at most 1 MiB.
+        if (length) res_.body().reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*length, 1u << 20)));
+    }
+    std::size_t on_body_impl(beast::string_view body, beast::error_code&) override {
+        res_.body().append(body.data(), body.size());
+        return body.size();
+    }
+    void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
+    std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, beast::error_code&) override {
+        res_.body().append(body.data(), body.size());
+        return body.size();
+    }
+    void on_finish_impl(beast::error_code&) override {}
+
+    std::string_view kept_prefix_;
+    http_pool::response res_;
+};
 
 }  // namespace
 
@@ -291,7 +332,7 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
             fail_io(wec, aborted, describe(label));
         }
 
-        http::response_parser<http::string_body> parser;
+        response_reader parser(opts_.kept_fields_prefix);
         parser.body_limit(std::numeric_limits<std::uint64_t>::max());
         auto [rec, rn] = co_await http::async_read(c->stream, c->buffer, parser, tuple_awaitable);
         if (rec) {
@@ -300,8 +341,9 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
             fail_io(rec, aborted, describe(label));
         }
 
+        bool const keep_alive = parser.keep_alive();
         response res = parser.release();
-        if (res.keep_alive()) give_back(std::move(c), generation);
+        if (keep_alive) give_back(std::move(c), generation);
         co_return res;
     }
 }

@@ -55,6 +55,10 @@ struct http_pool_options {
     http_destination destination;
     std::size_t max_idle = 16;        // idle connections kept (0: none)
     std::size_t max_connections = 0;  // open at once, idle + in flight; 0: no limit
+    // The response header fields the owner reads: those whose names start
+    // with this (case-insensitive; "X-Consul-"). The others are not stored:
+    // each stored field is a heap allocation. Empty: none.
+    std::string kept_fields_prefix;
 };
 
 // A failure, for the owner to turn into its own exception.
@@ -111,7 +115,8 @@ public:
     http_pool& operator=(http_pool const&) = delete;
 
     // Writes `wire` (a complete request) on a pooled or new connection and
-    // reads one response, all by `deadline`. A kept-alive connection the
+    // reads one response, all by `deadline`: its status, body and the
+    // header fields of kept_fields_prefix. A kept-alive connection the
     // server closed meanwhile is retried once on a fresh connection. Never
     // fails for an HTTP status. The pool must outlive the call (the owner
     // keeps itself alive).
