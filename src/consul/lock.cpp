@@ -155,9 +155,10 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                 // same index: the next release needs no read either. Nobody
                 // waited for the key, so this session may take it again with
                 // no read first (the released ModifyIndex as its guard).
+                // (A check-index guard reports `.seen` first: the key's entry is the last.)
                 owner.note_registry_empty(key, seen_index);
-                if (r.results.size() == 1 && r.results.front().session.empty())
-                    owner.note_released(key, r.results.front().modify_index);
+                if (!r.results.empty() && r.results.back().key == key && r.results.back().session.empty())
+                    owner.note_released(key, r.results.back().modify_index);
                 co_return;
             }
             for (auto const& e : r.errors)
