@@ -734,21 +734,22 @@ BOOST_AUTO_TEST_CASE(a_lone_candidate_retakes_with_no_read_and_still_hands_over_
         no_monitor.monitor_delay = 1h;
         tenure::election ea(a, "itest/lone", "a", no_monitor), eb(b, "itest/lone", "b", no_monitor);
 
-        // The first terms read the key and the registry: they learn both.
+        // n terms of a in a row, each with a higher fencing token.
         std::uint64_t last = 0;
-        for (int i = 0; i < 2; ++i) {
-            auto s = co_await ea.acquire();
-            last = s.token();
-            co_await s.release();
-        }
+        auto terms = [&](int n) -> asio::awaitable<void> {
+            for (int i = 0; i < n; ++i) {
+                auto s = co_await ea.acquire();
+                BOOST_REQUIRE(s.held());
+                BOOST_REQUIRE(s.token() > last);
+                last = s.token();
+                co_await s.release();
+            }
+        };
+
+        // The first terms read the key and the registry: they learn both.
+        co_await terms(2);
         double const gets_before = kv_gets();
-        for (int i = 0; i < 20; ++i) {
-            auto s = co_await ea.acquire();
-            BOOST_REQUIRE(s.held());
-            BOOST_REQUIRE(s.token() > last);
-            last = s.token();
-            co_await s.release();
-        }
+        co_await terms(20);
         BOOST_TEST(kv_gets() - gets_before == 0.0);
         auto freed = co_await client->kv_get("itest/lone");
         BOOST_REQUIRE(freed.value);
@@ -793,18 +794,9 @@ BOOST_AUTO_TEST_CASE(a_lone_candidate_retakes_with_no_read_and_still_hands_over_
         // its terms send no read again. (Its entry's removal, in the
         // background, may move `.seen` under the first release's guard: one
         // more term to learn it.)
-        for (int i = 0; i < 4; ++i) {
-            auto s = co_await ea.acquire();
-            last = s.token();
-            co_await s.release();
-        }
+        co_await terms(4);
         double const gets_later = kv_gets();
-        for (int i = 0; i < 10; ++i) {
-            auto s = co_await ea.acquire();
-            BOOST_REQUIRE(s.token() > last);
-            last = s.token();
-            co_await s.release();
-        }
+        co_await terms(10);
         BOOST_TEST(kv_gets() - gets_later == 0.0);
         co_await a.close();
         co_await b.close();
