@@ -9,6 +9,7 @@
 // not announce (see lock_delay.destroy_applies_lock_delay).
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 #include "http_client.hpp"
 
 #include <boost/json.hpp>
@@ -38,8 +39,6 @@ namespace {
 constexpr std::uint64_t semaphore_flags = 16210313421097356768ull;  // > 2^63
 constexpr std::uint64_t lock_flags = 3304740253564472344ull;
 constexpr char const* unknown_session = "7a3f0c4e-5b1d-4c2a-9e8f-0123456789ab";
-
-double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // "412.3 ms"
 std::string show_ms(double v) {

@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 #include "http_client.hpp"
 #include "test_pki.hpp"
 
@@ -53,6 +54,8 @@ using tenure::itest::http_client;
 using tenure::itest::http_response;
 
 namespace {
+
+using tenure::itest::expect_error;
 
 // A file in a fresh temporary directory, removed with it.
 struct temp_dir {
@@ -120,16 +123,6 @@ struct acl_agent {
 // api_error with the HTTP status and the server's message.
 using tenure::detail::coro;
 
-template <class T>
-asio::awaitable<consul::api_error> expect_api_error(asio::awaitable<T> op) {
-    try {
-        co_await std::move(op);
-    } catch (consul::api_error const& e) {
-        co_return e;
-    }
-    throw std::runtime_error("expected an api_error, the operation succeeded");
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(agent_acl_http)
@@ -164,18 +157,18 @@ BOOST_FIXTURE_TEST_CASE(client_library_with_a_token, acl_agent) {
 
         // Outside its prefix: 403 with Consul's message.
         std::string const other = "service/other";
-        auto e = co_await expect_api_error(coro(app).kv_put(other, again));
+        auto e = co_await expect_error<consul::api_error>(coro(app).kv_put(other, again));
         BOOST_TEST(e.http_status() == 403u);
         BOOST_TEST(e.server_message().starts_with("Permission denied: token with AccessorID '"));
         BOOST_TEST(e.server_message().find("lacks permission 'key:write' on \"service/other\"") != std::string::npos);
 
         // No token: the anonymous token, denied by default.
         consul::client anon{ex, config("")};
-        e = co_await expect_api_error(coro(anon).kv_get(key));
+        e = co_await expect_error<consul::api_error>(coro(anon).kv_get(key));
         BOOST_TEST(e.http_status() == 403u);
         // An unknown token.
         consul::client bogus{ex, config("not-a-token")};
-        e = co_await expect_api_error(coro(bogus).session_create(sr));
+        e = co_await expect_error<consul::api_error>(coro(bogus).session_create(sr));
         BOOST_TEST(e.http_status() == 403u);
         BOOST_TEST(e.server_message() == "ACL not found");
 
@@ -284,7 +277,7 @@ consul::api_error failed_round_trip(consul::client_config cfg) {
         consul::client c{co_await asio::this_coro::executor, cfg};
         std::string const key = "tls/k";
         std::optional<std::string> v = "x";
-        err = co_await expect_api_error(coro(c).kv_put(key, v));
+        err = co_await expect_error<consul::api_error>(coro(c).kv_put(key, v));
     });
     BOOST_REQUIRE(err);
     return *err;

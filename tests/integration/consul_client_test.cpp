@@ -23,6 +23,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 
 #include "consul/client_access.hpp"
 
@@ -64,6 +65,9 @@ using tcp = asio::ip::tcp;
 using steady = std::chrono::steady_clock;
 
 namespace {
+
+using tenure::itest::expect_error;
+using tenure::itest::pause;
 
 constexpr std::uint64_t big_flags = 16210313421097356768ull;  // semaphore flags, > 2^63
 
@@ -152,25 +156,8 @@ struct inprocess_env : client_env {
 // api_error with the HTTP status and the server's message.
 using tenure::detail::coro;
 
-// Awaits `op` and returns the api_error it must throw.
-template <class T>
-asio::awaitable<consul::api_error> expect_api_error(asio::awaitable<T> op, char const* what) {
-    try {
-        co_await std::move(op);
-    } catch (consul::api_error const& e) {
-        co_return e;
-    }
-    BOOST_FAIL(what << ": expected an api_error, the operation succeeded");
-    throw std::logic_error("unreachable");
-}
-
 // A KV value for comparisons and messages.
 std::string val(std::optional<std::string> const& v) { return v ? *v : std::string("<no value>"); }
-
-asio::awaitable<void> pause(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
-}
 
 consul::session_request short_session(std::string name, std::chrono::nanoseconds lock_delay = 0s) {
     consul::session_request r;
@@ -403,23 +390,23 @@ asio::awaitable<void> acquire_release(client_env& e) {
 asio::awaitable<void> server_error(client_env& e) {
     auto& c = e.c();
     std::string const unknown = "7a3f0c4e-5b1d-4c2a-9e8f-0123456789ab";
-    auto err = co_await expect_api_error(coro(c).kv_acquire("err/k", unknown, "v"), "acquire with an unknown session");
+    auto err = co_await expect_error<consul::api_error>(coro(c).kv_acquire("err/k", unknown, "v"), "acquire with an unknown session");
     BOOST_TEST(err.http_status() == 500u);
     BOOST_TEST((err.code() == tenure::error::http_status));
     BOOST_TEST(err.server_message().find("invalid session") != std::string::npos, err.server_message());
     BOOST_TEST(std::string(err.what()).find("500") != std::string::npos, err.what());
 
     consul::session_request const too_short{.name = "x", .ttl = 1ns};
-    auto bad = co_await expect_api_error(coro(c).session_create(too_short), "TTL below the minimum");
+    auto bad = co_await expect_error<consul::api_error>(coro(c).session_create(too_short), "TTL below the minimum");
     BOOST_TEST(bad.http_status() == 500u);
     BOOST_TEST(bad.server_message().find("Invalid Session TTL") != std::string::npos, bad.server_message());
 
-    auto missing_key = co_await expect_api_error(coro(c).kv_get(""), "empty key");
+    auto missing_key = co_await expect_error<consul::api_error>(coro(c).kv_get(""), "empty key");
     BOOST_TEST(missing_key.http_status() == 400u);
 
     // ?dc= is sent: the agent knows only its own datacenter.
     auto other_dc = e.make_client({.datacenter = "elsewhere"});
-    auto dc_err = co_await expect_api_error(coro(*other_dc).kv_get("k"), "unknown datacenter");
+    auto dc_err = co_await expect_error<consul::api_error>(coro(*other_dc).kv_get("k"), "unknown datacenter");
     BOOST_TEST(dc_err.http_status() == 500u);
     BOOST_TEST(dc_err.server_message().find("No path to datacenter") != std::string::npos);
     auto own_dc = e.make_client({.datacenter = e.datacenter});
@@ -535,12 +522,12 @@ asio::awaitable<void> agent_and_checks(client_env& e) {
     BOOST_TEST(key.value->session.empty());
 
     // A critical check refuses new sessions bound to it.
-    auto refused = co_await expect_api_error(coro(c).session_create(req), "session bound to a critical check");
+    auto refused = co_await expect_error<consul::api_error>(coro(c).session_create(req), "session bound to a critical check");
     BOOST_TEST(refused.http_status() == 500u);
     BOOST_TEST(refused.server_message().find("critical") != std::string::npos, refused.server_message());
 
     co_await c.check_deregister("itest-check");
-    auto gone = co_await expect_api_error(coro(c).check_pass("itest-check"), "pass of a deregistered check");
+    auto gone = co_await expect_error<consul::api_error>(coro(c).check_pass("itest-check"), "pass of a deregistered check");
     BOOST_TEST(gone.http_status() == 404u);
 }
 
@@ -641,7 +628,7 @@ BOOST_AUTO_TEST_CASE(request_deadline) {
     run([](client_env& e) -> asio::awaitable<void> {
         auto c = e.make_client({.blocking_margin = -1900ms});
         auto first = co_await c->kv_get("d/k");
-        auto err = co_await expect_api_error(coro(*c).kv_get("d/k", {.index = first.meta.index, .wait = 2s}), "deadline");
+        auto err = co_await expect_error<consul::api_error>(coro(*c).kv_get("d/k", {.index = first.meta.index, .wait = 2s}), "deadline");
         BOOST_TEST((err.code() == asio::error::timed_out), err.what());
         BOOST_TEST(err.http_status() == 0u);
     });
@@ -651,7 +638,7 @@ BOOST_AUTO_TEST_CASE(stopped_agent) {
     run([](client_env& e) -> asio::awaitable<void> {
         BOOST_TEST(co_await e.c().kv_put("k", "v"));
         static_cast<inprocess_env&>(e).agent->stop();
-        auto err = co_await expect_api_error(coro(e.c()).kv_get("k"), "stopped agent");
+        auto err = co_await expect_error<consul::api_error>(coro(e.c()).kv_get("k"), "stopped agent");
         BOOST_TEST((err.code() == tenure::error::agent_stopped), err.what());
     });
 }

@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 #include "run_on.hpp"
 #include "fault_proxy.hpp"
 #include "http_client.hpp"
@@ -42,7 +43,8 @@ namespace consul = tenure::consul;
 
 namespace {
 
-double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using tenure::itest::ms;
+using tenure::itest::pause;
 
 using tenure::itest::run_on;
 
@@ -92,11 +94,6 @@ tenure::session_options opts(std::string name, std::chrono::milliseconds ttl, st
     o.ttl = ttl;
     o.lock_delay = lock_delay;
     return o;
-}
-
-asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
 }
 
 // Work that runs until cancelled, recording when it started and stopped.
@@ -196,11 +193,11 @@ BOOST_AUTO_TEST_CASE(clean_release_hands_over_without_lock_delay) {
             acquired_b = steady::now();
             sb = std::move(s);
         });
-        co_await sleep_for(50ms);  // b is now blocked on the key
+        co_await pause(50ms);  // b is now blocked on the key
         BOOST_TEST(!sb.has_value());
         auto released = steady::now();
         co_await sa.release();
-        while (!sb) co_await sleep_for(1ms);
+        while (!sb) co_await pause(1ms);
         std::cout << "clean handover: " << ms(acquired_b - released) << " ms\n";
         BOOST_TEST(ms(acquired_b - released) < 1000.0);  // far below the 5 s lock-delay
         BOOST_TEST(sb->token() > sa.token());
@@ -223,14 +220,14 @@ BOOST_AUTO_TEST_CASE(destroy_applies_lock_delay_then_hands_over_promptly) {
             acquired_b = steady::now();
             sb = std::move(s);
         });
-        co_await sleep_for(50ms);
+        co_await pause(50ms);
         // Destroy a's session on the server (no release first): an invalidation.
         auto destroyed = steady::now();
         co_await client->session_destroy(a.id());
         auto why = co_await sa.wait_lost(asio::as_tuple(asio::deferred));
         BOOST_TEST((std::get<0>(why) == tenure::error::session_invalidated ||
                     std::get<0>(why) == tenure::error::released_by_other));
-        while (!sb) co_await sleep_for(1ms);
+        while (!sb) co_await pause(1ms);
         double waited = ms(acquired_b - destroyed);
         std::cout << "destroy handover: " << waited << " ms (lock-delay 700 ms)\n";
         BOOST_TEST(waited >= 700.0);  // nobody before the lock-delay ends
@@ -266,11 +263,11 @@ BOOST_AUTO_TEST_CASE(a_key_rewritten_during_lock_delay_is_a_conflict_not_overwri
         double const before = lock_delay_refusals();
         co_await client->session_destroy(a.id());
         // b saw the key freed and was refused by the lock-delay: it now waits.
-        while (lock_delay_refusals() == before) co_await sleep_for(1ms);
+        while (lock_delay_refusals() == before) co_await pause(1ms);
         BOOST_TEST(!b_result.has_value());
         std::optional<std::string> data = "plain data";
         co_await client->kv_put("itest/rewritten", data);
-        while (!b_result) co_await sleep_for(1ms);
+        while (!b_result) co_await pause(1ms);
         BOOST_TEST((*b_result == tenure::error::lock_conflict));
         auto kept = co_await client->kv_get("itest/rewritten");
         BOOST_REQUIRE(kept.value);
@@ -296,10 +293,10 @@ BOOST_AUTO_TEST_CASE(lock_delay_zero_hands_over_at_once_after_destroy) {
             BOOST_REQUIRE(!ec);
             sb = std::move(s);
         });
-        co_await sleep_for(50ms);
+        co_await pause(50ms);
         auto destroyed = steady::now();
         co_await client->session_destroy(a.id());
-        while (!sb) co_await sleep_for(1ms);
+        while (!sb) co_await pause(1ms);
         std::cout << "LockDelay 0 handover after destroy: " << ms(steady::now() - destroyed) << " ms\n";
         BOOST_TEST(ms(steady::now() - destroyed) < 500.0);
         co_await b.close();
@@ -379,17 +376,17 @@ BOOST_AUTO_TEST_CASE(a_waiting_candidate_ends_on_cancellation_or_on_its_sessions
         std::optional<error_code> b_result;
         asio::co_spawn(ex, eb.acquire(asio::as_tuple(asio::use_awaitable)),
                        [&](std::exception_ptr, auto r) { b_result = std::get<0>(r); });
-        co_await sleep_for(50ms);
+        co_await pause(50ms);
         BOOST_TEST(!c_result.has_value());
         BOOST_TEST(!b_result.has_value());
 
         cancel_c.emit(asio::cancellation_type::terminal);
-        for (int i = 0; i < 100 && !c_result; ++i) co_await sleep_for(5ms);
+        for (int i = 0; i < 100 && !c_result; ++i) co_await pause(5ms);
         BOOST_REQUIRE(c_result.has_value());
         BOOST_TEST((*c_result == asio::error::operation_aborted));
 
         co_await client->session_destroy(b.id());
-        for (int i = 0; i < 400 && !b_result; ++i) co_await sleep_for(5ms);
+        for (int i = 0; i < 400 && !b_result; ++i) co_await pause(5ms);
         BOOST_REQUIRE(b_result.has_value());
         BOOST_TEST((b.state() == tenure::session_state::lost));
         BOOST_TEST((*b_result == tenure::error::session_invalidated));
@@ -414,7 +411,7 @@ BOOST_AUTO_TEST_CASE(force_release_by_someone_else_cancels_the_work) {
         asio::co_spawn(
             ex,
             [&]() -> asio::awaitable<void> {
-                co_await sleep_for(100ms);
+                co_await pause(100ms);
                 // An operator frees the key with the holder's session id.
                 co_await client->kv_release("itest/force", a.id(), std::nullopt, consul::lock_flag_value);
             },
@@ -439,7 +436,7 @@ BOOST_AUTO_TEST_CASE(agent_killed_leader_stops_by_local_deadline_before_ttl) {
         asio::co_spawn(
             ex,
             [&]() -> asio::awaitable<void> {
-                co_await sleep_for(200ms);
+                co_await pause(200ms);
                 killed = steady::now();
                 agent.stop(SIGKILL, 5000ms);
             },
@@ -473,13 +470,13 @@ BOOST_AUTO_TEST_CASE(a_pause_shorter_than_the_lease_loses_nothing) {
         asio::co_spawn(
             ex,
             [&]() -> asio::awaitable<void> {
-                co_await sleep_for(100ms);
+                co_await pause(100ms);
                 proxy.pause();  // a partition with TCP up: bytes are held
-                co_await sleep_for(400ms);
+                co_await pause(400ms);
                 proxy.resume();
                 // Wait for a renewal acknowledged after the pause.
                 auto resumed = steady::now();
-                while (a.local_deadline() < resumed + 900ms) co_await sleep_for(10ms);
+                while (a.local_deadline() < resumed + 900ms) co_await pause(10ms);
                 BOOST_TEST(sa.held());
                 BOOST_TEST(log.running);
                 co_await sa.release();  // ends run() normally... as a release
@@ -510,13 +507,13 @@ BOOST_AUTO_TEST_CASE(leaving_the_scope_releases_only_after_the_work_finished) {
                 sb = std::move(s);
             });
             bool finished = co_await sa.run([&]() -> asio::awaitable<void> {
-                co_await sleep_for(150ms);
+                co_await pause(150ms);
                 work_done = steady::now();
             }());
             BOOST_TEST(finished);
             BOOST_TEST(!sb.has_value());  // still ours while the work ran
         }  // the scope ends here: the key is released in the background
-        while (!sb) co_await sleep_for(1ms);
+        while (!sb) co_await pause(1ms);
         BOOST_TEST((b_acquired > work_done));
         std::cout << "scope end -> next holder: " << ms(b_acquired - work_done) << " ms (no lock-delay)\n";
         BOOST_TEST(ms(b_acquired - work_done) < 1000.0);
@@ -535,7 +532,7 @@ BOOST_AUTO_TEST_CASE(the_library_creates_no_thread) {
         tenure::election ea(a, "itest/threads", "a");
         auto sa = co_await ea.acquire();
         co_await sa.run([&]() -> asio::awaitable<void> {
-            co_await sleep_for(500ms);  // renewals and the monitor run meanwhile
+            co_await pause(500ms);  // renewals and the monitor run meanwhile
             during = thread_count();
         }());
         co_await sa.release();
@@ -596,21 +593,21 @@ BOOST_AUTO_TEST_CASE(campaign_runs_the_body_and_hands_over_cleanly_when_cancelle
         bool first_done = false;
         tenure::campaign(*client, make("one"), body,
                          asio::bind_cancellation_slot(stop_first.slot(), [&](error_code) { first_done = true; }));
-        while (elected < 1) co_await sleep_for(1ms);
+        while (elected < 1) co_await pause(1ms);
         asio::cancellation_signal stop_second;
         tenure::campaign(*client, make("two"), body,
                          asio::bind_cancellation_slot(stop_second.slot(), [](error_code) {}));
-        co_await sleep_for(50ms);
+        co_await pause(50ms);
         BOOST_TEST(elected == 1);
         auto cancelled = steady::now();
         stop_first.emit(asio::cancellation_type::terminal);  // clean shutdown: release, then destroy
-        while (elected < 2) co_await sleep_for(1ms);
+        while (elected < 2) co_await pause(1ms);
         std::cout << "campaign cancel -> next leader: " << ms(steady::now() - cancelled) << " ms (lock-delay 3 s)\n";
         BOOST_TEST(ms(steady::now() - cancelled) < 2000.0);  // no lock-delay was imposed
         BOOST_TEST(tokens[1] > tokens[0]);
-        while (!first_done) co_await sleep_for(1ms);
+        while (!first_done) co_await pause(1ms);
         stop_second.emit(asio::cancellation_type::terminal);
-        co_await sleep_for(100ms);
+        co_await pause(100ms);
     });
 }
 
@@ -691,10 +688,10 @@ BOOST_AUTO_TEST_CASE(quick_retake_honours_whatever_happened_to_the_key_meanwhile
                 BOOST_REQUIRE(!ec);
                 sa = std::move(s);
             });
-            co_await sleep_for(50ms);
+            co_await pause(50ms);
             BOOST_TEST(!sa.has_value());  // b still holds it
             co_await sb.release();
-            while (!sa) co_await sleep_for(1ms);
+            while (!sa) co_await pause(1ms);
             BOOST_TEST(sa->token() > sb.token());
             co_await sa->release();
         }
@@ -765,10 +762,10 @@ BOOST_AUTO_TEST_CASE(a_lone_candidate_retakes_with_no_read_and_still_hands_over_
         for (;;) {
             auto waiting = co_await ea.candidates();
             if (!waiting.empty()) break;
-            co_await sleep_for(1ms);
+            co_await pause(1ms);
         }
         co_await sa.release();
-        while (!sb) co_await sleep_for(1ms);
+        while (!sb) co_await pause(1ms);
         BOOST_TEST(sb->token() > last);
         auto handed = co_await client->kv_get("itest/lone");
         BOOST_REQUIRE(handed.value);
@@ -781,10 +778,10 @@ BOOST_AUTO_TEST_CASE(a_lone_candidate_retakes_with_no_read_and_still_hands_over_
             BOOST_REQUIRE(!ec);
             again = std::move(s);
         });
-        co_await sleep_for(50ms);
+        co_await pause(50ms);
         BOOST_TEST(!again.has_value());
         co_await sb->release();
-        while (!again) co_await sleep_for(1ms);
+        while (!again) co_await pause(1ms);
         BOOST_TEST(again->token() > sb->token());
         last = again->token();
         co_await again->release();
@@ -836,9 +833,9 @@ BOOST_AUTO_TEST_CASE(monitor_delay_spares_short_terms_their_query_and_misses_no_
         for (int i = 0; i < 5; ++i) {
             auto s = co_await en.acquire();
             BOOST_REQUIRE(s.held());
-            while (parked() < 1.0) co_await sleep_for(1ms);
+            while (parked() < 1.0) co_await pause(1ms);
             co_await s.release();
-            while (parked() > 0.0) co_await sleep_for(1ms);  // the release answered it
+            while (parked() > 0.0) co_await pause(1ms);  // the release answered it
         }
         BOOST_TEST(kv_gets() - before_now >= 5.0);
 
@@ -955,10 +952,10 @@ BOOST_AUTO_TEST_CASE(elections_run_over_a_unix_socket_with_its_mode_and_the_file
                        [&](std::exception_ptr e, tenure::leadership_scope s) {
                            if (!e) sb = std::move(s);
                        });
-        co_await sleep_for(50ms);
+        co_await pause(50ms);
         BOOST_TEST(!sb.has_value());
         co_await sa.release();
-        for (int i = 0; i < 400 && !sb; ++i) co_await sleep_for(5ms);
+        for (int i = 0; i < 400 && !sb; ++i) co_await pause(5ms);
         BOOST_REQUIRE(sb.has_value());
         BOOST_TEST(sb->held());
         BOOST_TEST(sb->token() > sa.token());

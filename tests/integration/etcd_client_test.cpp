@@ -24,6 +24,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 #include "etcd_process.hpp"
 
 #include "etcd/client_access.hpp"
@@ -58,6 +59,10 @@ using namespace asio::experimental::awaitable_operators;
 using steady = std::chrono::steady_clock;
 
 namespace {
+
+using tenure::itest::expect_error;
+using tenure::itest::pause;
+using tenure::itest::within;
 
 // ---- environments ---------------------------------------------------------------------
 
@@ -113,18 +118,6 @@ struct cluster_env : io_env {
 using tenure::detail::coro;
 using tenure::detail::watch_next;
 
-// Awaits `op` and returns the api_error it must throw.
-template <class T>
-asio::awaitable<etcd::api_error> expect_api_error(asio::awaitable<T> op, char const* what) {
-    try {
-        co_await std::move(op);
-    } catch (etcd::api_error const& e) {
-        co_return e;
-    }
-    BOOST_FAIL(what << ": expected an api_error, the operation succeeded");
-    throw std::logic_error("unreachable");
-}
-
 // The api_error `op` throws, or nullopt when it succeeds.
 template <class T>
 asio::awaitable<std::optional<etcd::api_error>> error_of(asio::awaitable<T> op) {
@@ -134,28 +127,6 @@ asio::awaitable<std::optional<etcd::api_error>> error_of(asio::awaitable<T> op) 
         co_return e;
     }
     co_return std::nullopt;
-}
-
-asio::awaitable<void> pause(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
-}
-
-// `op`, or nullopt when `limit` passes first (op is then cancelled). The
-// first to complete wins, success or failure (Asio 1.81's operator|| would
-// wait for the first *success*).
-template <class T>
-asio::awaitable<std::optional<T>> within(asio::awaitable<T> op, std::chrono::milliseconds limit) {
-    auto ex = co_await asio::this_coro::executor;
-    auto [order, ex0, r0, ex1] = co_await asio::experimental::make_parallel_group(
-                                     asio::co_spawn(ex, std::move(op), asio::deferred),
-                                     asio::co_spawn(ex, pause(limit), asio::deferred))
-                                     .async_wait(asio::experimental::wait_for_one(), asio::deferred);
-    if (order[0] == 0) {
-        if (ex0) std::rethrow_exception(ex0);
-        co_return std::optional<T>(std::move(r0));
-    }
-    co_return std::optional<T>{};
 }
 
 // Collects events from `w` until there are `n` of them (bounded by `limit`).
@@ -203,13 +174,13 @@ asio::awaitable<void> lease_lifecycle(single_env& e) {
     BOOST_TEST(co_await c.lease_keepalive(g.id) == 0);  // "TTL" omitted: unknown lease
     BOOST_TEST(co_await c.lease_time_to_live(g.id) == -1);
 
-    auto err = co_await expect_api_error(coro(c).lease_revoke(g.id), "revoke of a revoked lease");
+    auto err = co_await expect_error<etcd::api_error>(coro(c).lease_revoke(g.id), "revoke of a revoked lease");
     BOOST_TEST((err.code() == tenure::error::lease_not_found));
     BOOST_TEST(err.grpc_code() == 5);
     BOOST_TEST(err.http_status() == 404u);
     BOOST_TEST(err.server_message() == "etcdserver: requested lease not found");
 
-    err = co_await expect_api_error(coro(c).put("lease/k", "v", po), "put with a revoked lease");
+    err = co_await expect_error<etcd::api_error>(coro(c).put("lease/k", "v", po), "put with a revoked lease");
     BOOST_TEST((err.code() == tenure::error::lease_not_found));
 
     // Caller-chosen IDs beyond 2^32 and 2^53 (a double would round the latter).
@@ -225,7 +196,7 @@ asio::awaitable<void> lease_lifecycle(single_env& e) {
         BOOST_TEST(r2.kvs[0].lease == id);
         BOOST_TEST(co_await c.lease_keepalive(id) == 30);
     }
-    err = co_await expect_api_error(coro(c).lease_grant(30, 5'000'000'000), "grant of an existing ID");
+    err = co_await expect_error<etcd::api_error>(coro(c).lease_grant(30, 5'000'000'000), "grant of an existing ID");
     BOOST_TEST(err.grpc_code() == 9);
     BOOST_TEST(err.http_status() == 412u);
     BOOST_TEST((err.code() == tenure::error::etcd_error));
@@ -351,7 +322,7 @@ asio::awaitable<void> kv_put_range_delete(single_env& e) {
     BOOST_TEST(r.kvs.size() == 1u);
 
     // A request etcd refuses: key not provided.
-    auto const err = co_await expect_api_error(coro(c).put("", "v"), "put without a key");
+    auto const err = co_await expect_error<etcd::api_error>(coro(c).put("", "v"), "put without a key");
     BOOST_TEST(err.grpc_code() == 3);
     BOOST_TEST(err.http_status() == 400u);
     BOOST_TEST((err.code() == tenure::error::etcd_error));
@@ -448,7 +419,7 @@ asio::awaitable<void> txn_compare_and_ops(single_env& e) {
     // etcd refuses two puts of one key in a txn.
     std::vector<etcd::request_op> dup{etcd::put_op{"/el/d", "1", {}}, etcd::put_op{"/el/d", "2", {}}};
     std::vector<etcd::compare> no_cmp;
-    auto const err = co_await expect_api_error(coro(c).txn(no_cmp, dup, none), "txn with a duplicate key");
+    auto const err = co_await expect_error<etcd::api_error>(coro(c).txn(no_cmp, dup, none), "txn with a duplicate key");
     BOOST_TEST(err.grpc_code() == 3);
     BOOST_TEST(err.http_status() == 400u);
     BOOST_TEST(err.server_message() == "etcdserver: duplicate key given in txn request");
@@ -538,18 +509,18 @@ asio::awaitable<void> watch_compacted(single_env& e) {
     co_await c.compact(third.header.revision, true);
 
     // A read below the compaction point.
-    auto err = co_await expect_api_error(coro(c).range("/c/k", "", {.revision = first.header.revision}), "range at a compacted revision");
+    auto err = co_await expect_error<etcd::api_error>(coro(c).range("/c/k", "", {.revision = first.header.revision}), "range at a compacted revision");
     BOOST_TEST((err.code() == tenure::error::etcd_compacted));
     BOOST_TEST(err.grpc_code() == 11);
 
     // A watch below it: created, then canceled with compact_revision.
     auto w = co_await c.watch("/c/k", "", {.start_revision = first.header.revision});
-    err = co_await expect_api_error(watch_next(w), "watch from a compacted revision");
+    err = co_await expect_error<etcd::api_error>(watch_next(w), "watch from a compacted revision");
     BOOST_TEST((err.code() == tenure::error::etcd_compacted));
     BOOST_TEST(err.compact_revision() == third.header.revision);
     std::int64_t const compact_rev = err.compact_revision();
     BOOST_TEST(!w.is_open());
-    err = co_await expect_api_error(watch_next(w), "next() on a closed stream");
+    err = co_await expect_error<etcd::api_error>(watch_next(w), "next() on a closed stream");
     BOOST_TEST((err.code() == asio::error::not_connected));
 
     // Resuming where history begins works.
@@ -566,7 +537,7 @@ asio::awaitable<void> watch_cancel(single_env& e) {
     auto const r = co_await (w.next(asio::use_awaitable) || pause(200ms));
     BOOST_TEST(r.index() == 1u);  // the timer won; next() was cancelled
     BOOST_TEST(!w.is_open());
-    auto const err = co_await expect_api_error(watch_next(w), "next() after a cancelled next()");
+    auto const err = co_await expect_error<etcd::api_error>(watch_next(w), "next() after a cancelled next()");
     BOOST_TEST((err.code() == asio::error::not_connected));
 
     {
@@ -581,7 +552,7 @@ asio::awaitable<void> watch_cancel(single_env& e) {
         co_await pause(50ms);
         w3.close();
     };
-    auto const both = co_await (expect_api_error(watch_next(w3), "next() on a stream closed meanwhile") && closer());
+    auto const both = co_await (expect_error<etcd::api_error>(watch_next(w3), "next() on a stream closed meanwhile") && closer());
     BOOST_TEST((both.code() == asio::error::operation_aborted));
     co_await c.put("/quiet", "still works");
     BOOST_TEST((co_await c.range("/quiet")).kvs.size() == 1u);
@@ -611,11 +582,11 @@ asio::awaitable<void> endpoint_failover(single_env& e) {
 
     // Only dead endpoints: the transport error, no HTTP status.
     auto c3 = e.make_client({dead});
-    auto err = co_await expect_api_error(coro(*c3).range("fo/k"), "range on a dead endpoint");
+    auto err = co_await expect_error<etcd::api_error>(coro(*c3).range("fo/k"), "range on a dead endpoint");
     BOOST_TEST((err.code() == asio::error::connection_refused));
     BOOST_TEST(err.http_status() == 0u);
     BOOST_TEST(err.grpc_code() == 0);
-    err = co_await expect_api_error(coro(*c3).watch("fo/k"), "watch on a dead endpoint");
+    err = co_await expect_error<etcd::api_error>(coro(*c3).watch("fo/k"), "watch on a dead endpoint");
     BOOST_TEST((err.code() == asio::error::connection_refused));
 
     // A black hole: the kernel completes the connection, nobody answers.
@@ -627,7 +598,7 @@ asio::awaitable<void> endpoint_failover(single_env& e) {
     BOOST_TEST(c4->current_endpoint() == live);
     BOOST_TEST((steady::now() - t0 >= 250ms));  // the black hole cost its timeout
     auto c5 = e.make_client({hole_url}, 200ms);
-    err = co_await expect_api_error(coro(*c5).range("fo/k"), "range on a black hole");
+    err = co_await expect_error<etcd::api_error>(coro(*c5).range("fo/k"), "range on a black hole");
     BOOST_TEST((err.code() == asio::error::timed_out));
 }
 
@@ -635,16 +606,16 @@ asio::awaitable<void> endpoint_failover(single_env& e) {
 // the HTTP status and the body come back, for unary requests and watches.
 asio::awaitable<void> not_an_etcd_server(single_env& e, std::uint16_t agent_port) {
     auto c = e.make_client({"http://127.0.0.1:" + std::to_string(agent_port)});
-    auto err = co_await expect_api_error(coro(*c).range("k"), "range on a Consul agent");
+    auto err = co_await expect_error<etcd::api_error>(coro(*c).range("k"), "range on a Consul agent");
     BOOST_TEST(err.http_status() == 404u);
     BOOST_TEST(err.grpc_code() == 0);
     BOOST_TEST((err.code() == tenure::error::http_status));
     BOOST_TEST(err.server_message() == "404 page not found");
-    err = co_await expect_api_error(coro(*c).watch("k"), "watch on a Consul agent");
+    err = co_await expect_error<etcd::api_error>(coro(*c).watch("k"), "watch on a Consul agent");
     BOOST_TEST(err.http_status() == 404u);
     BOOST_TEST((err.code() == tenure::error::http_status));
     BOOST_TEST(err.server_message() == "404 page not found");
-    err = co_await expect_api_error(coro(*c).lease_keepalive(1), "keepalive on a Consul agent");
+    err = co_await expect_error<etcd::api_error>(coro(*c).lease_keepalive(1), "keepalive on a Consul agent");
     BOOST_TEST(err.http_status() == 404u);
 }
 
@@ -681,7 +652,7 @@ asio::awaitable<void> cluster_kill_current_member(cluster_env& e, std::size_t le
     e.cluster.kill(leader);
 
     // The watch on the killed member ends with a transport error.
-    auto const err = co_await expect_api_error(watch_next(w), "watch on a killed member");
+    auto const err = co_await expect_error<etcd::api_error>(watch_next(w), "watch on a killed member");
     BOOST_TEST(err.http_status() == 0u);
     BOOST_TEST(!w.is_open());
 

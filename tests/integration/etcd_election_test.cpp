@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "etcd_member.hpp"
+#include "awaiting.hpp"
 #include "pending_acquire.hpp"
 #include "run_on.hpp"
 
@@ -59,6 +60,9 @@ using boost::system::system_error;
 
 namespace {
 
+using tenure::itest::pause;
+using tenure::itest::within;
+
 // The scenarios run on `ex`, on TENURE_TEST_THREADS threads (run_on.hpp).
 struct env : tenure::itest::etcd_member {
     env() : etcd_member(on_test_threads{}) {}
@@ -66,26 +70,6 @@ struct env : tenure::itest::etcd_member {
         tenure::itest::run_scenario(ioc, ex, f, limit);
     }
 };
-
-asio::awaitable<void> pause(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
-}
-
-// `op`, or nullopt when `limit` passes first (op is then cancelled).
-template <class T>
-asio::awaitable<std::optional<T>> within(asio::awaitable<T> op, std::chrono::milliseconds limit) {
-    auto ex = co_await asio::this_coro::executor;
-    auto [order, ex0, r0, ex1] = co_await asio::experimental::make_parallel_group(
-                                     asio::co_spawn(ex, std::move(op), asio::deferred),
-                                     asio::co_spawn(ex, pause(limit), asio::deferred))
-                                     .async_wait(asio::experimental::wait_for_one(), asio::deferred);
-    if (order[0] == 0) {
-        if (ex0) std::rethrow_exception(ex0);
-        co_return std::optional<T>(std::move(r0));
-    }
-    co_return std::optional<T>{};
-}
 
 tenure::session_options opts(std::chrono::seconds ttl = 3s) {
     tenure::session_options o;

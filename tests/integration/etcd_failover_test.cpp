@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "etcd_member.hpp"
+#include "awaiting.hpp"
 #include "fault_proxy.hpp"
 #include "pending_acquire.hpp"
 
@@ -66,15 +67,9 @@ using boost::system::system_error;
 
 namespace {
 
-void run_scenario(asio::io_context& ioc, std::function<asio::awaitable<void>()> const& f,
-                  std::chrono::seconds limit = 60s) {
-    tenure::itest::run_scenario(ioc, f, limit);
-}
-
-asio::awaitable<void> pause(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
-}
+using tenure::itest::pause;
+using tenure::itest::run_scenario;
+using tenure::itest::signal_flag;
 
 tenure::session_options opts(std::chrono::seconds ttl) {
     tenure::session_options o;
@@ -86,22 +81,6 @@ tenure::session_options opts(std::chrono::seconds ttl) {
 std::int64_t lease_of(std::string const& hex) { return static_cast<std::int64_t>(std::stoull(hex, nullptr, 16)); }
 
 using pending = tenure::itest::pending_acquire;
-
-// A level-triggered flag several coroutines can await.
-struct signal_flag {
-    explicit signal_flag(asio::any_io_executor ex) : timer(ex, steady::time_point::max()) {}
-    asio::steady_timer timer;
-    void notify() { timer.cancel(); }
-    // Waits until pred() holds; false when `limit` passes first.
-    asio::awaitable<bool> until(std::function<bool()> pred, std::chrono::milliseconds limit) {
-        auto const deadline = steady::now() + limit;
-        while (!pred() && steady::now() < deadline) {
-            timer.expires_at(deadline);
-            co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-        }
-        co_return pred();
-    }
-};
 
 // ---- a `tenure` child process ------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "etcd_member.hpp"
+#include "awaiting.hpp"
 
 #include <tenure/error.hpp>
 #include <tenure/etcd/client.hpp>
@@ -53,10 +54,9 @@ using boost::system::system_error;
 
 namespace {
 
-void run_scenario(asio::io_context& ioc, std::function<asio::awaitable<void>()> const& f,
-                  std::chrono::seconds limit = 40s) {
-    tenure::itest::run_scenario(ioc, f, limit);
-}
+using tenure::itest::pause;
+using tenure::itest::run_scenario;
+using tenure::itest::signal_flag;
 
 // The scenarios run on `ex`, on TENURE_TEST_THREADS threads (run_on.hpp).
 struct single_env : tenure::itest::etcd_member {
@@ -69,11 +69,6 @@ struct cluster_env {
     tenure::itest::etcd_cluster cluster{3};
 };
 
-asio::awaitable<void> pause(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
-}
-
 tenure::session_options opts(std::chrono::seconds ttl = 2s) {
     tenure::session_options o;
     o.name = "etcd semaphore test";
@@ -82,22 +77,6 @@ tenure::session_options opts(std::chrono::seconds ttl = 2s) {
 }
 
 std::int64_t lease_of(tenure::session const& s) { return static_cast<std::int64_t>(std::stoull(s.id(), nullptr, 16)); }
-
-// A level-triggered flag several coroutines can await.
-struct signal_flag {
-    explicit signal_flag(asio::any_io_executor ex) : timer(ex, steady::time_point::max()) {}
-    asio::steady_timer timer;
-    void notify() { timer.cancel(); }
-    // Waits until pred() holds; false when `limit` passes first.
-    asio::awaitable<bool> until(std::function<bool()> pred, std::chrono::milliseconds limit) {
-        auto const deadline = steady::now() + limit;
-        while (!pred() && steady::now() < deadline) {
-            timer.expires_at(deadline);
-            co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-        }
-        co_return pred();
-    }
-};
 
 // An acquire running in the background; its outcome observable.
 struct pending {

@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 #include "run_on.hpp"
 
 #include <tenure/consul/client.hpp>
@@ -35,6 +36,8 @@ using boost::system::error_code;
 namespace consul = tenure::consul;
 
 namespace {
+
+using tenure::itest::pause;
 
 struct semaphore_fixture {
     tenure::itest::agent_process agent{[] {
@@ -71,11 +74,6 @@ tenure::session_options sem_opts(std::string name) {
     o.lock_delay = 0ms;
     o.behavior = consul::session_behavior::delete_keys;
     return o;
-}
-
-asio::awaitable<void> sleep_for(steady::duration d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
 }
 
 // Go's json.Marshal of semaphoreLock for these (already sorted) holders.
@@ -189,7 +187,7 @@ BOOST_AUTO_TEST_CASE(six_contenders_limit_three_never_exceed_three_and_all_hold)
             for (int i : admitted) highest_token = std::max(highest_token, permits[i]->token());
             if (expected == std::size_t(n)) break;
             // Nobody else gets in while the semaphore is full.
-            co_await sleep_for(50ms);
+            co_await pause(50ms);
             BOOST_TEST(admitted.size() == expected);
             int oldest = *std::find_if(admitted.begin(), admitted.end(), [&](int i) { return permits[i]->held(); });
             co_await permits[oldest]->release();
@@ -286,7 +284,7 @@ BOOST_AUTO_TEST_CASE(a_dead_holder_is_pruned_and_frees_its_slot) {
             pc = std::move(s);
             got.cancel();
         });
-        co_await sleep_for(100ms);
+        co_await pause(100ms);
         BOOST_TEST(!pc.has_value());  // full: c waits
 
         // a's session dies on the server without releasing: Behavior=delete
@@ -376,7 +374,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_wait_takes_its_contender_entry_away) {
         // b waits with its contender entry in place.
         auto waiting = co_await client->kv_get(key_b);
         for (int i = 0; i < 100 && !waiting.value; ++i) {
-            co_await sleep_for(5ms);
+            co_await pause(5ms);
             waiting = co_await client->kv_get(key_b);
         }
         BOOST_REQUIRE(waiting.value.has_value());
@@ -432,7 +430,7 @@ BOOST_AUTO_TEST_CASE(a_permit_taken_away_by_force_cancels_the_work) {
         asio::co_spawn(
             ex,
             [&]() -> asio::awaitable<void> {
-                co_await sleep_for(100ms);
+                co_await pause(100ms);
                 // An operator rewrites .lock without us (as Go's pruning would).
                 auto lock = co_await client->kv_get(lock_key);
                 consul::put_options po;
