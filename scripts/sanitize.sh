@@ -20,7 +20,7 @@ started=$(date +%s)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DCMAKE_CXX_FLAGS="$san_flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DTENURE_BUILD_BENCH=OFF -DTENURE_BUILD_EXAMPLES=OFF -DTENURE_SIM_SHARD=300
+  -DTENURE_BUILD_BENCH=OFF -DTENURE_BUILD_EXAMPLES=OFF -DTENURE_SIM_SHARD=300 -DTENURE_UNITY_TESTS=ON
 # Only what the suites run (the integration tests pull in the tenure binary):
 # the guide's snippets and the CLI's other users would add a gigabyte of
 # ASan binaries and minutes of build for no test of this stage.
