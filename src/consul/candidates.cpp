@@ -3,6 +3,8 @@
 #include "consul/candidates.hpp"
 #include "consul/lock.hpp"
 
+#include <tenure/detail/random.hpp>
+
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
@@ -64,8 +66,7 @@ bool takes_marker(std::optional<priority_marker> const& known, int priority) {
     return !known || priority > known->priority || (priority == known->priority && known->first.empty());
 }
 
-namespace {
-std::optional<candidate_info> decode_candidate(consul::kv_pair const& p, std::string const& session) {
+std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std::string const& session) {
     candidate_info c;
     c.session = session;
     c.since = p.create_index;
@@ -79,7 +80,6 @@ std::optional<candidate_info> decode_candidate(consul::kv_pair const& p, std::st
     if (auto const* n = o.if_contains("Priority"); n && n->is_int64()) c.priority = static_cast<int>(n->as_int64());
     return c;
 }
-}  // namespace
 
 registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair> const& pairs, std::uint64_t index) {
     registry_view v;
@@ -106,7 +106,7 @@ registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair
                 v.stale.push_back(p);
                 continue;
             }
-            if (auto c = decode_candidate(p, sid)) v.live.push_back(std::move(*c));
+            if (auto c = candidate_from_entry(p, sid)) v.live.push_back(std::move(*c));
         }
     }
     std::stable_sort(v.live.begin(), v.live.end(), ranks_before);
@@ -172,33 +172,65 @@ std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& 
 }
 
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
-                                               std::string const& holder_value, candidate_info const& target) {
-    consul::txn_op waits;
+                                               std::string const& holder_value, candidate_info const& target,
+                                               std::optional<consul::kv_pair> const& marker,
+                                               std::optional<consul::txn_op> guard) {
+    std::string const entry = candidate_key(key, target.session);
+    std::vector<consul::txn_op> ops;
+    ops.reserve(9);
+    std::size_t const unlock_at = guard ? 2 : 1;  // the op whose refusal means `holder` lost the key
+    if (guard) ops.push_back(std::move(*guard));
+    consul::txn_op& waits = ops.emplace_back();
     waits.verb = "check-session";
-    waits.key = candidate_key(key, target.session);
+    waits.key = entry;
     waits.session = target.session;
-    consul::txn_op unlock;
+    consul::txn_op& unlock = ops.emplace_back();
     unlock.verb = "unlock";
     unlock.key = key;
     unlock.value = holder_value;
     unlock.flags = consul::lock_flag_value;
     unlock.session = holder;
-    consul::txn_op lock;
+    consul::txn_op& lock = ops.emplace_back();
     lock.verb = "lock";
     lock.key = key;
     lock.value = target.value;
     lock.flags = consul::lock_flag_value;
     lock.session = target.session;
-    auto ops = txn_ops(std::move(waits), std::move(unlock), std::move(lock));
+    // The target waits no more: its entry goes with the wait it ends.
+    consul::txn_op& gone = ops.emplace_back();
+    gone.verb = "delete";
+    gone.key = entry;
+    if (marker) {
+        if (auto const named = decode_priority_marker(marker->value); named && named->first == target.session) {
+            consul::txn_op& unname = ops.emplace_back();
+            unname.verb = "delete-cas";
+            unname.key = marker->key;
+            unname.index = marker->modify_index;
+        }
+    }
+    consul::txn_op& seen = ops.emplace_back();
+    seen.verb = "set";
+    seen.key = registry_seen_key(key);
+    seen.value = std::to_string(random_seed());
+    consul::txn_op& tree = ops.emplace_back();
+    tree.verb = "get-tree";
+    tree.key = candidates_prefix(key);
     auto r = co_await coro(c).txn(std::move(ops));
     transfer_outcome out;
     if (r.committed) {
-        if (!r.results.empty() && r.results.back().session == target.session) out.held = std::move(r.results.back());
+        for (auto& p : r.results)
+            if (p.key == key && p.session == target.session) out.held = p;
+        // The check-session answer shows the target's entry as it was before
+        // the delete: not part of what the registry is now.
+        std::erase_if(r.results, [&](consul::kv_pair const& p) { return p.key == key || p.key == entry; });
+        out.after = parse_registry(key, r.results, 0);
         co_return out;
     }
     for (auto const& e : r.errors)
-        if (e.op_index == 1) out.holder_lost = true;
+        if (e.op_index == unlock_at) out.holder_lost = true;
     co_return out;
 }
+
+bool needs_naming(registry_view const& after) { return after.marker || !after.live.empty(); }
 
 }  // namespace tenure::detail

@@ -109,15 +109,31 @@ asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, 
 std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& live, std::string const& target,
                                              std::string const& self);
 
-// One transaction: the target still waits (its entry is locked by its
-// session), unlock `key` for `holder`, lock it for the target with its
-// value. The key as the target now holds it, or nullopt when refused (the
-// target left, or `holder` no longer holds the key).
+// The candidate an entry of the registry describes (`session` is the id its
+// key ends with); its ranking fields default when the value does not decode.
+std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std::string const& session);
+
+// One transaction hands `key` from `holder` to `target`: `guard` (if any)
+// holds, the target still waits (its entry is locked by its session), the
+// key is unlocked for `holder` and locked for the target with its value. The
+// same transaction takes the target's entry out of the registry (it waits
+// no more: `.seen` moves, and `marker`, when it names the target, goes) and
+// reads the registry back, so that neither the holder nor the target needs
+// another request to leave the registry right; the holder names the next
+// best from `after` (name_next_best) only when someone still waits.
 struct transfer_outcome {
-    std::optional<consul::kv_pair> held;
-    bool holder_lost = false;  // the unlock was refused: `holder` no longer holds the key
+    std::optional<consul::kv_pair> held;  // the key as the target now holds it; nullopt when refused
+    bool holder_lost = false;             // the unlock was refused: `holder` no longer holds the key
+    registry_view after;                  // the registry the handover left (when it went through)
 };
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
-                                               std::string const& holder_value, candidate_info const& target);
+                                               std::string const& holder_value, candidate_info const& target,
+                                               std::optional<consul::kv_pair> const& marker,
+                                               std::optional<consul::txn_op> guard = std::nullopt);
+
+// After a handover that went through: the marker, named afresh from what
+// the transaction read back, in the background of `session`'s owner when
+// someone still waits (or a marker is left over). See name_next_best.
+bool needs_naming(registry_view const& after);
 
 }  // namespace tenure::detail

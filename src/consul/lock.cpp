@@ -165,6 +165,19 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                 if (e.op_index == 1) co_return;  // not ours to release any more
         }
         // A failure to read or hand over falls back to the plain release.
+        if (hub) {
+            std::optional<transfer_outcome> out;
+            try {
+                out = co_await hand_over_from_snapshot();
+            } catch (system_error const& e) {
+                if (is_abort(e)) throw;
+            }
+            if (out && out->held) {
+                name_after_handover(std::move(out->after));
+                co_return;
+            }
+            if (out && out->holder_lost) co_return;  // not ours to release any more
+        }
         for (int attempt = 0; attempt < 3; ++attempt) {
             std::optional<transfer_outcome> out;
             try {
@@ -181,12 +194,16 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                     break;
                 }
                 transfer_target = best->session;
-                out = co_await transfer_txn(client, key, session->id, value, *best);
+                out = co_await transfer_txn(client, key, session->id, value, *best, reg.marker);
             } catch (system_error const& e) {
                 if (is_abort(e)) throw;
                 break;
             }
-            if (out->held || out->holder_lost) co_return;  // handed over, or not ours to release any more
+            if (out->held) {
+                name_after_handover(std::move(out->after));
+                co_return;
+            }
+            if (out->holder_lost) co_return;  // not ours to release any more
         }
         transfer_target.clear();
     }
@@ -204,6 +221,44 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
     auto r = co_await coro(client).txn(std::move(ops));
     if (r.committed && r.results.size() == 1 && r.results.front().session.empty())
         static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
+}
+
+asio::awaitable<std::optional<transfer_outcome>> consul_lock_scope::hand_over_from_snapshot() {
+    auto const marker = hub->current(priority_marker_key(key));
+    if (!marker || !marker->pair) co_return std::nullopt;
+    auto const named = decode_priority_marker(marker->pair->value);
+    if (!named || named->first.empty() || named->first == session->id) co_return std::nullopt;
+    auto const entry = hub->current(candidate_key(key, named->first));
+    if (!entry || !entry->pair || entry->pair->session != named->first || entry->pair->flags != candidate_flag_value)
+        co_return std::nullopt;
+    auto const target = candidate_from_entry(*entry->pair, named->first);
+    auto const seen = hub->current(registry_seen_key(key));
+    if (!target || !seen) co_return std::nullopt;
+    // Nobody registered or left since the snapshot (every registration and
+    // removal moves `.seen`), so the marker's candidate is still the best.
+    consul::txn_op guard;
+    guard.key = registry_seen_key(key);
+    if (seen->pair) {
+        guard.verb = "check-index";
+        guard.index = seen->pair->modify_index;
+    } else {
+        guard.verb = "check-not-exists";
+    }
+    transfer_target = target->session;
+    auto out = co_await transfer_txn(client, key, session->id, value, *target, marker->pair, std::move(guard));
+    if (!out.held) transfer_target.clear();
+    co_return out;
+}
+
+void consul_lock_scope::name_after_handover(registry_view after) {
+    if (!needs_naming(after)) return;
+    session->spawn_owned([c = &client, k = key, self = session->id, after = std::move(after)]() -> asio::awaitable<void> {
+        try {
+            co_await name_next_best(*c, k, self, after, true);
+        } catch (system_error const&) {
+            // The marker stays as it was: the next freeing reads the registry.
+        }
+    });
 }
 
 asio::awaitable<boost::system::error_code> consul_lock_scope::check_held() {
@@ -496,9 +551,19 @@ struct candidate_registration {
         session->spawn_owned([s = session, k = key, won = won, at = modify_index,
                               always = name_next]() -> asio::awaitable<void> {
             try {
-                auto ops = removal_ops(k, s->id, at);
+                // Only while the entry is still ours: a handover to us took
+                // it out already (transfer_txn), and `.seen` must not move
+                // for nothing.
+                std::string const entry = candidate_key(k, s->id);
+                consul::txn_op ours;
+                ours.verb = "check-session";
+                ours.key = entry;
+                ours.session = s->id;
+                std::vector<consul::txn_op> ops{std::move(ours)};
+                for (auto& op : removal_ops(k, s->id, at)) ops.push_back(std::move(op));
                 auto t = co_await coro(s->client).txn(std::move(ops));
                 if (t.committed) {
+                    std::erase_if(t.results, [&](consul::kv_pair const& p) { return p.key == entry; });
                     auto const reg = parse_registry(k, t.results, 0);
                     co_await name_next_best(s->client, k, s->id, reg, always);
                 }
@@ -613,7 +678,16 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         if (pair && pair->flags != consul::lock_flag_value) throw system_error(make_error_code(error::lock_conflict));
 
         // Handed to this waiting candidate (a transfer, a handoff on release).
-        if (pair && pair->session == id && reg.active) co_return acquired(*pair);
+        // The handover's transaction took our entry out with it: when the
+        // hub's snapshot (as new as this answer) shows it gone, there is
+        // nothing left to remove and the one who handed over named the next.
+        if (pair && pair->session == id && reg.active) {
+            if (hub) {
+                auto const entry = hub->current(candidate_key(key, id));
+                if (entry && !entry->pair) reg.active = false;
+            }
+            co_return acquired(*pair);
+        }
 
         if (pair && !pair->session.empty() && pair->session != id) {
             free_since.reset();
@@ -884,9 +958,10 @@ asio::awaitable<std::uint64_t> consul_lock_scope::transfer(std::string target, b
     // Sent, the transaction is not withdrawn (it may commit anyway): its
     // answer decides how the scope ends.
     auto ex = co_await asio::this_coro::executor;
-    auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c),
+    auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c, reg.marker),
                                        asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
     if (out.held) {
+        name_after_handover(std::move(out.after));
         lose(reason);
         co_return out.held->lock_index;
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/backend.hpp"
+#include "consul/candidates.hpp"
 #include "consul/client_access.hpp"
 #include "consul/watch_hub.hpp"
 
@@ -68,6 +69,13 @@ struct consul_lock_scope final : scope_state {
 
 private:
     asio::awaitable<void> send_release_once();
+    // The handover the hub's snapshot shows (the marker's candidate, still
+    // waiting), guarded by `.seen` as that snapshot has it: no registry read.
+    // The transaction's outcome; nullopt when the snapshot does not show one.
+    asio::awaitable<std::optional<transfer_outcome>> hand_over_from_snapshot();
+    // After a handover went through: name the next best from what its
+    // transaction read back (in the background, owned by the session).
+    void name_after_handover(registry_view after);
 };
 
 struct consul_session final : session_impl {

@@ -1,4 +1,5 @@
 #include "agent_process.hpp"
+#include "http_client.hpp"
 #include "process_io.hpp"
 
 #include <cerrno>
@@ -207,5 +208,17 @@ std::string agent_process::remaining_stdout() {
 }
 
 std::string agent_process::log() const { return log_fd_ >= 0 ? read_all(log_fd_) : std::string(); }
+
+double agent_process::metric(std::string const& prefix) const {
+    http_client http("127.0.0.1", port_);
+    auto const text = http.get("/v1/agent/metrics?format=prometheus").body;
+    double sum = 0;
+    for (std::size_t at = text.find("\n" + prefix); at != std::string::npos; at = text.find("\n" + prefix, at + 1)) {
+        auto const line_end = text.find('\n', at + 1);
+        auto const line = text.substr(at + 1, line_end - at - 1);
+        sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return sum;
+}
 
 }  // namespace tenure::itest

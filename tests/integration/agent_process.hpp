@@ -54,6 +54,9 @@ public:
     std::string remaining_stdout();
     // The agent's stderr so far.
     std::string log() const;
+    // The sum of the agent's Prometheus samples (/v1/agent/metrics) on lines
+    // that start with `prefix`, e.g. `tenure_http_requests_total{method="PUT",endpoint="txn"`.
+    double metric(std::string const& prefix) const;
 
 private:
     void await_banner(std::chrono::milliseconds startup_timeout);

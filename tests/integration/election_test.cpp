@@ -61,18 +61,7 @@ struct election_fixture {
 
     std::string url() const { return "http://127.0.0.1:" + std::to_string(agent.port()); }
 
-    // The sum of the agent's Prometheus samples on lines that start with `prefix`.
-    double metric(std::string const& prefix) {
-        tenure::itest::http_client http("127.0.0.1", agent.port());
-        auto text = http.get("/v1/agent/metrics?format=prometheus").body;
-        double sum = 0;
-        for (std::size_t at = text.find("\n" + prefix); at != std::string::npos; at = text.find("\n" + prefix, at + 1)) {
-            auto const line_end = text.find('\n', at + 1);
-            auto const line = text.substr(at + 1, line_end - at - 1);
-            sum += std::stod(line.substr(line.rfind(' ') + 1));
-        }
-        return sum;
-    }
+    double metric(std::string const& prefix) { return agent.metric(prefix); }
     double kv_gets() { return metric("tenure_http_requests_total{method=\"GET\",endpoint=\"kv\""); }
 
     std::unique_ptr<consul::client> make_client(std::string address = {}) {

@@ -9,10 +9,12 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "awaiting.hpp"
 #include "run_on.hpp"
 
 #include "consul/client_access.hpp"  // the client's coroutines
 #include "consul/lock.hpp"           // consistent_read
+#include "consul/watch_hub.hpp"      // the shared watch's snapshot
 
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
@@ -77,6 +79,22 @@ struct fixture {
             index = consul::next_wait_index(index, r.meta.index);
         }
     }
+
+    // Blocks (blocking queries on `<key>.candidates/.max`) until the
+    // priority marker names `session` (empty: until there is no marker).
+    // Its ModifyIndex (0: none).
+    asio::awaitable<std::uint64_t> await_marker(std::string const& key, std::string const& session) {
+        std::uint64_t index = 0;
+        for (;;) {
+            std::string marker = key + ".candidates/.max";
+            auto r = co_await tenure::detail::coro(*client).kv_get(std::move(marker),
+                                                                   tenure::detail::consistent_read(index, 10s));
+            if (session.empty() && !r.value) co_return 0;
+            if (r.value && r.value->value && r.value->value->ends_with(" " + session)) co_return r.value->modify_index;
+            index = consul::next_wait_index(index, r.meta.index);
+        }
+    }
+    double txns() const { return agent.metric("tenure_http_requests_total{method=\"PUT\",endpoint=\"txn\""); }
 
     asio::awaitable<consul::kv_pair> read_key(std::string key) {
         auto r = co_await tenure::detail::coro(*client).kv_get(std::move(key), tenure::detail::consistent_read());
@@ -434,6 +452,76 @@ BOOST_AUTO_TEST_CASE(a_winner_leaves_the_registry_in_the_transaction_that_takes_
                                                                        tenure::detail::consistent_read());
             BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the winner is still listed");
             co_await w.scope->release();
+        }
+    });
+}
+
+// A release hands the key over in one transaction that also takes the
+// target's registry entry out (`.seen` moved by it) and unnames it in the
+// marker: the target has nothing left to remove, and the holder names the
+// next best from what that transaction read back. With a shared watch the
+// holder takes the target from the hub's snapshot (guarded by `.seen`), so
+// the release is that one transaction and no candidate sends another.
+BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) {
+    run([&]() -> asio::awaitable<void> {
+        asio::steady_timer wake(io, steady::time_point::max());
+        for (bool const shared : {false, true}) {
+            std::string const prefix = shared ? "itest/handover/shared/" : "itest/handover/";
+            std::string const key = prefix + "leader";
+            auto options = [&](int priority) {
+                auto o = with_priority(priority);
+                if (shared) o.shared_watch = prefix;
+                return o;
+            };
+            auto hs = co_await session("holder");
+            tenure::election he(hs, key, "h", options(0));
+            auto lead = co_await he.acquire();
+            candidate w, x;
+            w.name = "w";
+            w.session = co_await session("w");
+            w.election = std::make_unique<tenure::election>(w.session, key, "w", options(2));
+            x.name = "x";
+            x.session = co_await session("x");
+            x.election = std::make_unique<tenure::election>(x.session, key, "x", options(1));
+            w.start(wake);
+            co_await await_candidates(key, 1);
+            x.start(wake);
+            co_await await_candidates(key, 2);
+            auto const named_at = co_await await_marker(key, w.session.id());
+            if (shared) {
+                // The holder's hub has seen both registrations and the marker name w.
+                auto const registered = co_await read_key(key + ".candidates/.seen");
+                auto hub = tenure::detail::kv_watch_hub::get(*client, prefix);
+                while (hub->index() < std::max(named_at, registered.modify_index)) co_await tenure::itest::pause(1ms);
+            }
+
+            double const txns_before = txns();
+            co_await lead.release();
+            co_await wait_for(wake, [&] { return w.done; });
+            BOOST_TEST_REQUIRE(!w.ec);
+            BOOST_TEST_REQUIRE(w.scope.has_value());
+            BOOST_TEST(!x.done);
+            auto k = co_await read_key(key);
+            BOOST_TEST(k.session == w.session.id());
+            auto seen = co_await read_key(key + ".candidates/.seen");
+            BOOST_TEST(seen.modify_index == k.modify_index, "shared " << shared << ": .seen moved at "
+                                                                      << seen.modify_index << ", the key at "
+                                                                      << k.modify_index);
+            auto entry = co_await tenure::detail::coro(*client).kv_get(key + ".candidates/" + w.session.id(),
+                                                                       tenure::detail::consistent_read());
+            BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the new holder is still listed");
+            co_await await_marker(key, x.session.id());  // the old holder named the next best
+            if (shared) BOOST_TEST(txns() - txns_before == 1.0, "the handover took " << txns() - txns_before << " transactions");
+
+            // w's release hands over to x the same way; then nobody waits.
+            co_await w.scope->release();
+            co_await wait_for(wake, [&] { return x.done; });
+            BOOST_TEST_REQUIRE(x.scope.has_value());
+            auto const now_held = co_await read_key(key);
+            BOOST_TEST(now_held.session == x.session.id());
+            co_await await_candidates(key, 0);
+            co_await await_marker(key, "");
+            co_await x.scope->release();
         }
     });
 }
