@@ -233,12 +233,15 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
 
     // 3. Mass release: every A scope at once; B re-leads all.
     {
+        auto hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
+        auto const snapshots_before = hub->snapshots();
         phase_clock clock{self, agent_pid};
         for (int i = 0; i < n; ++i)
             asio::co_spawn(ex, a.scopes[i].release(asio::use_awaitable), asio::detached);
         while (b.led < n) co_await yield_ms(1);
         clock.stop(out.relead);
-        std::fprintf(stderr, "  n=%d: B re-leads all %.1f ms after the mass release\n", n, out.relead.wall_ms);
+        std::fprintf(stderr, "  n=%d: B re-leads all %.1f ms after the mass release (%llu snapshots of the prefix)\n", n,
+                     out.relead.wall_ms, static_cast<unsigned long long>(hub->snapshots() - snapshots_before));
     }
     int held = 0;
     for (auto& s : b.scopes) held += s.held() ? 1 : 0;

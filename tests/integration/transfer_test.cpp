@@ -94,6 +94,18 @@ struct fixture {
             index = consul::next_wait_index(index, r.meta.index);
         }
     }
+    // `session` holds `key`, and the transaction that gave it the key took
+    // its registry entry out: `.seen` moved at the key's index, no entry.
+    asio::awaitable<void> expect_holder_unlisted(std::string const& key, std::string const& session, bool shared) {
+        auto k = co_await read_key(key);
+        BOOST_TEST(k.session == session);
+        auto seen = co_await read_key(key + ".candidates/.seen");
+        BOOST_TEST(seen.modify_index == k.modify_index, "shared " << shared << ": .seen moved at " << seen.modify_index
+                                                                  << ", the key at " << k.modify_index);
+        auto entry = co_await tenure::detail::coro(*client).kv_get(key + ".candidates/" + session,
+                                                                   tenure::detail::consistent_read());
+        BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the holder is still listed");
+    }
     double txns() const { return agent.metric("tenure_http_requests_total{method=\"PUT\",endpoint=\"txn\""); }
 
     asio::awaitable<consul::kv_pair> read_key(std::string key) {
@@ -442,15 +454,7 @@ BOOST_AUTO_TEST_CASE(a_winner_leaves_the_registry_in_the_transaction_that_takes_
             co_await wait_for(wake, [&] { return w.done; });
             BOOST_TEST_REQUIRE(!w.ec);
             BOOST_TEST_REQUIRE(w.scope.has_value());
-            auto k = co_await read_key(key);
-            BOOST_TEST(k.session == w.session.id());
-            auto seen = co_await read_key(key + ".candidates/.seen");
-            BOOST_TEST(seen.modify_index == k.modify_index, "shared " << shared << ": .seen moved at "
-                                                                      << seen.modify_index << ", the key at "
-                                                                      << k.modify_index);
-            auto entry = co_await tenure::detail::coro(*client).kv_get(key + ".candidates/" + w.session.id(),
-                                                                       tenure::detail::consistent_read());
-            BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the winner is still listed");
+            co_await expect_holder_unlisted(key, w.session.id(), shared);
             co_await w.scope->release();
         }
     });
@@ -501,15 +505,7 @@ BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) 
             BOOST_TEST_REQUIRE(!w.ec);
             BOOST_TEST_REQUIRE(w.scope.has_value());
             BOOST_TEST(!x.done);
-            auto k = co_await read_key(key);
-            BOOST_TEST(k.session == w.session.id());
-            auto seen = co_await read_key(key + ".candidates/.seen");
-            BOOST_TEST(seen.modify_index == k.modify_index, "shared " << shared << ": .seen moved at "
-                                                                      << seen.modify_index << ", the key at "
-                                                                      << k.modify_index);
-            auto entry = co_await tenure::detail::coro(*client).kv_get(key + ".candidates/" + w.session.id(),
-                                                                       tenure::detail::consistent_read());
-            BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the new holder is still listed");
+            co_await expect_holder_unlisted(key, w.session.id(), shared);
             co_await await_marker(key, x.session.id());  // the old holder named the next best
             if (shared) BOOST_TEST(txns() - txns_before == 1.0, "the handover took " << txns() - txns_before << " transactions");
 
