@@ -36,6 +36,32 @@ namespace consul = tenure::consul;
 
 namespace transfer_itest {
 
+// A candidate: a session, an election, and its pending acquire().
+struct candidate {
+    std::string name;
+    tenure::session session;
+    std::unique_ptr<tenure::election> election;
+    asio::cancellation_signal cancel;
+    std::optional<tenure::leadership_scope> scope;
+    error_code ec;
+    bool done = false;
+    int wins = 0;
+
+    void start(asio::steady_timer& wake) {
+        done = false;
+        scope.reset();
+        election->acquire(asio::bind_cancellation_slot(cancel.slot(), [this, &wake](error_code e, tenure::leadership_scope s) {
+            ec = e;
+            done = true;
+            if (!e) {
+                scope = std::move(s);
+                ++wins;
+            }
+            wake.cancel();
+        }));
+    }
+};
+
 struct fixture {
     tenure::itest::agent_process agent{[] {
         tenure::itest::agent_options o;
@@ -60,6 +86,21 @@ struct fixture {
         o.ttl = ttl;
         o.lock_delay = 0ms;
         co_return co_await tenure::session::create(*client, std::move(o));
+    }
+
+    // Makes `c` a candidate for `key` named `name`: its own session and
+    // election. Named arguments only: g++ 12 destroys the temporaries of a
+    // co_await expression twice.
+    asio::awaitable<void> enroll(candidate& c, char const* name, std::string const& key,
+                                 tenure::election_options const& eo) {
+        c.name = name;
+        c.session = co_await session(c.name);
+        c.election = std::make_unique<tenure::election>(c.session, key, c.name, eo);
+    }
+    void enroll(candidate&, char const*, std::string const&, tenure::election_options&&) = delete;
+    asio::awaitable<void> enroll(candidate& c, char const* name, std::string const& key) {
+        static tenure::election_options const defaults;
+        return enroll(c, name, key, defaults);
     }
 
     // Blocks (blocking queries on the registry) until `n` live entries are
@@ -112,32 +153,6 @@ struct fixture {
         auto r = co_await tenure::detail::coro(*client).kv_get(std::move(key), tenure::detail::consistent_read());
         BOOST_REQUIRE(r.value.has_value());
         co_return *r.value;
-    }
-};
-
-// A candidate: a session, an election, and its pending acquire().
-struct candidate {
-    std::string name;
-    tenure::session session;
-    std::unique_ptr<tenure::election> election;
-    asio::cancellation_signal cancel;
-    std::optional<tenure::leadership_scope> scope;
-    error_code ec;
-    bool done = false;
-    int wins = 0;
-
-    void start(asio::steady_timer& wake) {
-        done = false;
-        scope.reset();
-        election->acquire(asio::bind_cancellation_slot(cancel.slot(), [this, &wake](error_code e, tenure::leadership_scope s) {
-            ec = e;
-            done = true;
-            if (!e) {
-                scope = std::move(s);
-                ++wins;
-            }
-            wake.cancel();
-        }));
     }
 };
 
@@ -234,9 +249,8 @@ BOOST_AUTO_TEST_CASE(transfer_under_contention_of_10_followers_always_lands_on_t
         std::vector<std::unique_ptr<candidate>> cs;
         for (int i = 0; i < 11; ++i) {
             auto c = std::make_unique<candidate>();
-            c->name = "n" + std::to_string(i);
-            c->session = co_await session(c->name);
-            c->election = std::make_unique<tenure::election>(c->session, key, c->name);
+            std::string const name = "n" + std::to_string(i);
+            co_await enroll(*c, name.c_str(), key);
             cs.push_back(std::move(c));
         }
         cs[0]->start(wake);
@@ -298,12 +312,8 @@ BOOST_AUTO_TEST_CASE(bad_targets_change_nothing) {
         auto const before = co_await read_key(key);
 
         candidate a, gone;
-        a.name = "a";
-        a.session = co_await session("a");
-        a.election = std::make_unique<tenure::election>(a.session, key, "a");
-        gone.name = "gone";
-        gone.session = co_await session("gone");
-        gone.election = std::make_unique<tenure::election>(gone.session, key, "gone");
+        co_await enroll(a, "a", key);
+        co_await enroll(gone, "gone", key);
         a.start(wake);
         gone.start(wake);
         co_await await_candidates(key, 2);
@@ -344,9 +354,9 @@ BOOST_AUTO_TEST_CASE(priority_is_respected_over_100_handovers) {
         std::vector<std::unique_ptr<candidate>> cs;
         for (std::size_t i = 0; i < prios.size(); ++i) {
             auto c = std::make_unique<candidate>();
-            c->name = "p" + std::to_string(i);
-            c->session = co_await session(c->name);
-            c->election = std::make_unique<tenure::election>(c->session, key, c->name, with_priority(prios[i]));
+            std::string const name = "p" + std::to_string(i);
+            auto const options = with_priority(prios[i]);
+            co_await enroll(*c, name.c_str(), key, options);
             cs.push_back(std::move(c));
         }
         cs[0]->start(wake);
@@ -403,12 +413,8 @@ BOOST_AUTO_TEST_CASE(a_holder_that_saw_no_candidates_still_hands_over_to_new_one
             co_await lead.release();  // nobody waits: the registry is seen empty
             lead = co_await he.acquire();
             candidate first, second;
-            first.name = "first";
-            first.session = co_await session("first");
-            first.election = std::make_unique<tenure::election>(first.session, key, "first");
-            second.name = "second";
-            second.session = co_await session("second");
-            second.election = std::make_unique<tenure::election>(second.session, key, "second");
+            co_await enroll(first, "first", key);
+            co_await enroll(second, "second", key);
             first.start(wake);
             co_await await_candidates(key, 1);
             second.start(wake);
@@ -443,9 +449,7 @@ BOOST_AUTO_TEST_CASE(a_winner_leaves_the_registry_in_the_transaction_that_takes_
             tenure::election he(hs, key, "h", eo);
             auto lead = co_await he.acquire();
             candidate w;
-            w.name = "w";
-            w.session = co_await session("w");
-            w.election = std::make_unique<tenure::election>(w.session, key, "w", eo);
+            co_await enroll(w, "w", key, eo);
             w.start(wake);
             co_await await_candidates(key, 1);
             // An invalidation: the holder's session destroyed, so the waiter
@@ -481,12 +485,9 @@ BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) 
             tenure::election he(hs, key, "h", options(0));
             auto lead = co_await he.acquire();
             candidate w, x;
-            w.name = "w";
-            w.session = co_await session("w");
-            w.election = std::make_unique<tenure::election>(w.session, key, "w", options(2));
-            x.name = "x";
-            x.session = co_await session("x");
-            x.election = std::make_unique<tenure::election>(x.session, key, "x", options(1));
+            auto const first = options(2), second = options(1);
+            co_await enroll(w, "w", key, first);
+            co_await enroll(x, "x", key, second);
             w.start(wake);
             co_await await_candidates(key, 1);
             x.start(wake);
@@ -531,12 +532,9 @@ BOOST_AUTO_TEST_CASE(after_an_invalidation_a_better_candidate_goes_first) {
             tenure::election he(hs, key, "h");
             auto lead = co_await he.acquire();
             candidate lo, hi;
-            lo.name = "lo";
-            lo.session = co_await session("lo");
-            lo.election = std::make_unique<tenure::election>(lo.session, key, "lo", with_priority(1));
-            hi.name = "hi";
-            hi.session = co_await session("hi");
-            hi.election = std::make_unique<tenure::election>(hi.session, key, "hi", with_priority(5));
+            auto const low = with_priority(1), high = with_priority(5);
+            co_await enroll(lo, "lo", key, low);
+            co_await enroll(hi, "hi", key, high);
             lo.start(wake);  // the lower one waits longer
             co_await await_candidates(key, 1);
             hi.start(wake);
@@ -566,9 +564,7 @@ BOOST_AUTO_TEST_CASE(after_an_invalidation_equals_go_in_the_order_they_waited) {
             std::vector<std::unique_ptr<candidate>> waiting;
             for (std::string name : {"first", "second", "third"}) {
                 auto c = std::make_unique<candidate>();
-                c->name = name;
-                c->session = co_await session(name);
-                c->election = std::make_unique<tenure::election>(c->session, key, name);
+                co_await enroll(*c, name.c_str(), key);
                 c->start(wake);
                 co_await await_candidates(key, waiting.size() + 1);
                 waiting.push_back(std::move(c));
@@ -618,16 +614,13 @@ BOOST_AUTO_TEST_CASE(yield_to_higher_ignores_a_flapping_candidate_then_hands_ove
             wake.cancel();
         });
         candidate equal;  // the same priority: never a reason to yield
-        equal.name = "equal";
-        equal.session = co_await session("equal");
-        equal.election = std::make_unique<tenure::election>(equal.session, key, "equal");
+        co_await enroll(equal, "equal", key);
         equal.start(wake);
         co_await await_candidates(key, 1);
 
         candidate f;
-        f.name = "flappy";
-        f.session = co_await session("flappy");
-        f.election = std::make_unique<tenure::election>(f.session, key, "flappy", with_priority(5));
+        auto const high = with_priority(5);
+        co_await enroll(f, "flappy", key, high);
         // Flaps: each appearance ends long before the settle time.
         for (int i = 0; i < 5; ++i) {
             f.start(wake);
