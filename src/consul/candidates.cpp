@@ -174,6 +174,7 @@ std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& 
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
                                                std::string const& holder_value, candidate_info const& target,
                                                std::optional<consul::kv_pair> const& marker,
+                                               std::vector<candidate_info> const* live,
                                                std::optional<consul::txn_op> guard) {
     std::string const entry = candidate_key(key, target.session);
     std::vector<consul::txn_op> ops;
@@ -200,21 +201,43 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
     consul::txn_op& gone = ops.emplace_back();
     gone.verb = "delete";
     gone.key = entry;
-    if (marker) {
-        if (auto const named = decode_priority_marker(marker->value); named && named->first == target.session) {
+    auto const named = marker ? decode_priority_marker(marker->value) : std::nullopt;
+    std::uint64_t const marker_at = marker ? marker->modify_index : 0;
+    if (live) {
+        // The registry as read: name the next best in this transaction.
+        auto const next = std::find_if(live->begin(), live->end(), [&](candidate_info const& ci) {
+            return ci.session != holder && ci.session != target.session;
+        });
+        if (next != live->end()) {
+            if (!named || named->first != next->session || named->priority != next->priority) {
+                consul::txn_op& name = ops.emplace_back();
+                name.verb = "cas";
+                name.key = priority_marker_key(key);
+                name.value = encode_priority_marker(next->priority, next->session);
+                name.index = marker_at;
+            }
+        } else if (marker) {
             consul::txn_op& unname = ops.emplace_back();
             unname.verb = "delete-cas";
             unname.key = marker->key;
-            unname.index = marker->modify_index;
+            unname.index = marker_at;
         }
+    } else if (named && named->first == target.session) {
+        consul::txn_op& unname = ops.emplace_back();
+        unname.verb = "delete-cas";
+        unname.key = marker->key;
+        unname.index = marker_at;
     }
     consul::txn_op& seen = ops.emplace_back();
     seen.verb = "set";
     seen.key = registry_seen_key(key);
     seen.value = std::to_string(random_seed());
-    consul::txn_op& tree = ops.emplace_back();
-    tree.verb = "get-tree";
-    tree.key = candidates_prefix(key);
+    if (!live) {
+        // Read back, for the caller to name the next best from.
+        consul::txn_op& tree = ops.emplace_back();
+        tree.verb = "get-tree";
+        tree.key = candidates_prefix(key);
+    }
     auto r = co_await coro(c).txn(std::move(ops));
     transfer_outcome out;
     if (r.committed) {
@@ -222,8 +245,10 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
             if (p.key == key && p.session == target.session) out.held = p;
         // The check-session answer shows the target's entry as it was before
         // the delete: not part of what the registry is now.
-        std::erase_if(r.results, [&](consul::kv_pair const& p) { return p.key == key || p.key == entry; });
-        out.after = parse_registry(key, r.results, 0);
+        if (!live) {
+            std::erase_if(r.results, [&](consul::kv_pair const& p) { return p.key == key || p.key == entry; });
+            out.after = parse_registry(key, r.results, 0);
+        }
         co_return out;
     }
     for (auto const& e : r.errors)

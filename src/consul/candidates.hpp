@@ -117,18 +117,22 @@ std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std
 // holds, the target still waits (its entry is locked by its session), the
 // key is unlocked for `holder` and locked for the target with its value. The
 // same transaction takes the target's entry out of the registry (it waits
-// no more: `.seen` moves, and `marker`, when it names the target, goes) and
-// reads the registry back, so that neither the holder nor the target needs
-// another request to leave the registry right; the holder names the next
-// best from `after` (name_next_best) only when someone still waits.
+// no more: `.seen` moves) and puts the marker right, so that neither the
+// holder nor the target needs another request to leave the registry right:
+// with `live` (the registry as the caller read it, best first) it names the
+// next best in `marker`'s place (compare-and-set: a marker that moved fails
+// the handover, and the caller reads again); without, it deletes a marker
+// that names the target and reads the registry back into `after`, for the
+// caller to name the next best from (name_next_best).
 struct transfer_outcome {
     std::optional<consul::kv_pair> held;  // the key as the target now holds it; nullopt when refused
     bool holder_lost = false;             // the unlock was refused: `holder` no longer holds the key
-    registry_view after;                  // the registry the handover left (when it went through)
+    registry_view after;                  // without `live`: the registry the handover left
 };
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
                                                std::string const& holder_value, candidate_info const& target,
                                                std::optional<consul::kv_pair> const& marker,
+                                               std::vector<candidate_info> const* live,
                                                std::optional<consul::txn_op> guard = std::nullopt);
 
 // After a handover that went through: the marker, named afresh from what

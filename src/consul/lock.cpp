@@ -194,7 +194,7 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                     break;
                 }
                 transfer_target = best->session;
-                out = co_await transfer_txn(client, key, session->id, value, *best, reg.marker);
+                out = co_await transfer_txn(client, key, session->id, value, *best, reg.marker, &reg.live);
             } catch (system_error const& e) {
                 if (is_abort(e)) throw;
                 break;
@@ -245,7 +245,7 @@ asio::awaitable<std::optional<transfer_outcome>> consul_lock_scope::hand_over_fr
         guard.verb = "check-not-exists";
     }
     transfer_target = target->session;
-    auto out = co_await transfer_txn(client, key, session->id, value, *target, marker->pair, std::move(guard));
+    auto out = co_await transfer_txn(client, key, session->id, value, *target, marker->pair, nullptr, std::move(guard));
     if (!out.held) transfer_target.clear();
     co_return out;
 }
@@ -958,7 +958,7 @@ asio::awaitable<std::uint64_t> consul_lock_scope::transfer(std::string target, b
     // Sent, the transaction is not withdrawn (it may commit anyway): its
     // answer decides how the scope ends.
     auto ex = co_await asio::this_coro::executor;
-    auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c, reg.marker),
+    auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c, reg.marker, &reg.live),
                                        asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
     if (out.held) {
         name_after_handover(std::move(out.after));
