@@ -114,11 +114,14 @@ struct election_options {
 
     /// A clean release (release(), the scope's destructor) hands the key to
     /// the best waiting candidate in one transaction (unlock for us, lock for
-    /// it) instead of freeing it: no race, and priority is respected. It reads
-    /// the registry first, unless this session last saw it empty and nobody
-    /// has registered since: then the release is one unlock transaction
-    /// guarded by that. False, or with quick_retake (made for one process
-    /// taking the key again and again): a plain unlock. Consul only.
+    /// it) instead of freeing it: no race, and priority is respected. The
+    /// same transaction takes the candidate's registry entry out, so the new
+    /// holder sends nothing more. It reads the registry first, except with
+    /// shared_watch (the snapshot shows the candidate to hand to, guarded by
+    /// the registry's `.seen` key) or when this session last saw it empty and
+    /// nobody has registered since: then the release is one unlock
+    /// transaction guarded by that. False, or with quick_retake (made for one
+    /// process taking the key again and again): a plain unlock. Consul only.
     bool handoff_on_release = true;
 };
 
