@@ -203,6 +203,12 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
     gone.key = entry;
     auto const named = marker ? decode_priority_marker(marker->value) : std::nullopt;
     std::uint64_t const marker_at = marker ? marker->modify_index : 0;
+    auto const unname = [&] {
+        consul::txn_op& op = ops.emplace_back();
+        op.verb = "delete-cas";
+        op.key = marker->key;
+        op.index = marker_at;
+    };
     if (live) {
         // The registry as read: name the next best in this transaction.
         auto const next = std::find_if(live->begin(), live->end(), [&](candidate_info const& ci) {
@@ -217,16 +223,10 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
                 name.index = marker_at;
             }
         } else if (marker) {
-            consul::txn_op& unname = ops.emplace_back();
-            unname.verb = "delete-cas";
-            unname.key = marker->key;
-            unname.index = marker_at;
+            unname();
         }
     } else if (named && named->first == target.session) {
-        consul::txn_op& unname = ops.emplace_back();
-        unname.verb = "delete-cas";
-        unname.key = marker->key;
-        unname.index = marker_at;
+        unname();
     }
     consul::txn_op& seen = ops.emplace_back();
     seen.verb = "set";
@@ -251,8 +251,10 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
         }
         co_return out;
     }
-    for (auto const& e : r.errors)
+    for (auto const& e : r.errors) {
         if (e.op_index == unlock_at) out.holder_lost = true;
+        if (e.op_index == unlock_at - 1) out.target_gone = true;
+    }
     co_return out;
 }
 

@@ -127,6 +127,7 @@ std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std
 struct transfer_outcome {
     std::optional<consul::kv_pair> held;  // the key as the target now holds it; nullopt when refused
     bool holder_lost = false;             // the unlock was refused: `holder` no longer holds the key
+    bool target_gone = false;             // the check was refused: the target no longer waits
     registry_view after;                  // without `live`: the registry the handover left
 };
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
@@ -135,9 +136,9 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
                                                std::vector<candidate_info> const* live,
                                                std::optional<consul::txn_op> guard = std::nullopt);
 
-// After a handover that went through: the marker, named afresh from what
-// the transaction read back, in the background of `session`'s owner when
-// someone still waits (or a marker is left over). See name_next_best.
+// After a handover without `live` went through: does the marker need naming
+// afresh from what the transaction read back (someone still waits, or a
+// marker is left over)? See name_next_best.
 bool needs_naming(registry_view const& after);
 
 }  // namespace tenure::detail

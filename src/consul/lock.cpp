@@ -199,11 +199,7 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
                 if (is_abort(e)) throw;
                 break;
             }
-            if (out->held) {
-                name_after_handover(std::move(out->after));
-                co_return;
-            }
-            if (out->holder_lost) co_return;  // not ours to release any more
+            if (out->held || out->holder_lost) co_return;  // handed over, or not ours to release any more
         }
         transfer_target.clear();
     }
@@ -949,26 +945,29 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
 // target still waits, unlocks the key for us and locks it for the target.
 asio::awaitable<std::uint64_t> consul_lock_scope::transfer(std::string target, boost::system::error_code reason) {
     auto self = shared_from_this();
-    auto reg = co_await read_registry(client, key, false);
-    if (status != scope_status::held) throw system_error(make_error_code(error::not_held));
-    auto const c = find_candidate(reg.live, target, session->id);
-    if (!c) throw system_error(make_error_code(error::no_such_candidate));
-    transfer_target = c->session;
-    transfer_reason = reason;
-    // Sent, the transaction is not withdrawn (it may commit anyway): its
-    // answer decides how the scope ends.
     auto ex = co_await asio::this_coro::executor;
-    auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c, reg.marker, &reg.live),
-                                       asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
-    if (out.held) {
-        name_after_handover(std::move(out.after));
-        lose(reason);
-        co_return out.held->lock_index;
+    for (int attempt = 1;; ++attempt) {
+        auto reg = co_await read_registry(client, key, false);
+        if (status != scope_status::held) throw system_error(make_error_code(error::not_held));
+        auto const c = find_candidate(reg.live, target, session->id);
+        if (!c) throw system_error(make_error_code(error::no_such_candidate));
+        transfer_target = c->session;
+        transfer_reason = reason;
+        // Sent, the transaction is not withdrawn (it may commit anyway): its
+        // answer decides how the scope ends.
+        auto out = co_await asio::co_spawn(ex, transfer_txn(client, key, session->id, value, *c, reg.marker, &reg.live),
+                                           asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
+        if (out.held) {
+            lose(reason);
+            co_return out.held->lock_index;
+        }
+        transfer_target.clear();
+        transfer_reason.clear();
+        if (out.holder_lost) throw system_error(make_error_code(error::not_held));  // the monitor reports the loss
+        // The target stopped waiting meanwhile; else the marker moved since
+        // the read (a registration named itself): read again.
+        if (out.target_gone || attempt == 3) throw system_error(make_error_code(error::no_such_candidate));
     }
-    transfer_target.clear();
-    transfer_reason.clear();
-    if (out.holder_lost) throw system_error(make_error_code(error::not_held));  // the monitor reports the loss
-    throw system_error(make_error_code(error::no_such_candidate));               // it stopped waiting meanwhile
 }
 
 // While held: one blocking query on `<key>` (recursive), which shows the key,

@@ -73,8 +73,9 @@ private:
     // waiting), guarded by `.seen` as that snapshot has it: no registry read.
     // The transaction's outcome; nullopt when the snapshot does not show one.
     asio::awaitable<std::optional<transfer_outcome>> hand_over_from_snapshot();
-    // After a handover went through: name the next best from what its
-    // transaction read back (in the background, owned by the session).
+    // After a handover from the snapshot went through: name the next best
+    // from what its transaction read back (in the background, owned by the
+    // session).
     void name_after_handover(registry_view after);
 };
 
