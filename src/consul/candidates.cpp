@@ -142,6 +142,49 @@ asio::awaitable<std::optional<std::uint64_t>> waits_as_candidate(consul::client&
     co_return std::nullopt;
 }
 
+void append_naming_ops(std::vector<consul::txn_op>& ops, std::string const& key, std::uint64_t at,
+                       candidate_info const& next, bool locked) {
+    std::string value = encode_priority_marker(next.priority, next.session);
+    if (!locked) {
+        consul::txn_op& cas = ops.emplace_back();
+        cas.verb = "cas";  // index 0: only while there is none
+        cas.key = priority_marker_key(key);
+        cas.value = std::move(value);
+        cas.index = at;
+        return;
+    }
+    // A lock held by the one named before cannot be moved by `lock`: the
+    // marker is replaced (compare-and-delete, or checked absent) and locked
+    // afresh for `next`, in one transaction.
+    consul::txn_op& was = ops.emplace_back();
+    was.key = priority_marker_key(key);
+    if (at != 0) {
+        was.verb = "delete-cas";
+        was.index = at;
+    } else {
+        was.verb = "check-not-exists";
+    }
+    consul::txn_op& lock = ops.emplace_back();
+    lock.verb = "lock";
+    lock.key = priority_marker_key(key);
+    lock.value = std::move(value);
+    lock.session = next.session;
+}
+
+bool refused_for_lock_delay(consul::txn_result const& r) {
+    return !r.committed && !r.errors.empty() && std::all_of(r.errors.begin(), r.errors.end(), [](consul::txn_error const& e) {
+        return e.what.find("lock delay") != std::string::npos;
+    });
+}
+
+consul::txn_op named_in_marker(std::string const& key, std::string const& session) {
+    consul::txn_op guard;
+    guard.verb = "check-session";
+    guard.key = priority_marker_key(key);
+    guard.session = session;
+    return guard;
+}
+
 asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
                                      registry_view const& reg, bool always) {
     auto const& marker = reg.marker;
@@ -150,16 +193,19 @@ asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, 
     std::uint64_t const at = marker ? marker->modify_index : 0;
     auto const best = std::find_if(reg.live.begin(), reg.live.end(),
                                    [&](candidate_info const& ci) { return ci.session != self; });
-    std::string mk = priority_marker_key(key);
     if (best == reg.live.end()) {
+        std::string mk = priority_marker_key(key);  // named: see read_registry
         if (at != 0) co_await coro(c).kv_delete(std::move(mk), at);
         co_return;
     }
-    if (known && known->first == best->session && known->priority == best->priority) co_return;
-    consul::put_options po;
-    po.cas = at;
-    std::string mv = encode_priority_marker(best->priority, best->session);
-    co_await coro(c).kv_put(std::move(mk), std::move(mv), po);
+    if (known && known->first == best->session && known->priority == best->priority && marker->session == best->session)
+        co_return;
+    for (bool locked : {true, false}) {
+        std::vector<consul::txn_op> ops;
+        append_naming_ops(ops, key, at, *best, locked);
+        auto const r = co_await coro(c).txn(std::move(ops));
+        if (!refused_for_lock_delay(r)) co_return;  // named, or the marker moved: a better one stays
+    }
 }
 
 std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& live, std::string const& target,
@@ -177,68 +223,75 @@ asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string co
                                                std::vector<candidate_info> const* live,
                                                std::optional<consul::txn_op> guard) {
     std::string const entry = candidate_key(key, target.session);
-    std::vector<consul::txn_op> ops;
-    ops.reserve(9);
     std::size_t const unlock_at = guard ? 2 : 1;  // the op whose refusal means `holder` lost the key
-    if (guard) ops.push_back(std::move(*guard));
-    consul::txn_op& waits = ops.emplace_back();
-    waits.verb = "check-session";
-    waits.key = entry;
-    waits.session = target.session;
-    consul::txn_op& unlock = ops.emplace_back();
-    unlock.verb = "unlock";
-    unlock.key = key;
-    unlock.value = holder_value;
-    unlock.flags = consul::lock_flag_value;
-    unlock.session = holder;
-    consul::txn_op& lock = ops.emplace_back();
-    lock.verb = "lock";
-    lock.key = key;
-    lock.value = target.value;
-    lock.flags = consul::lock_flag_value;
-    lock.session = target.session;
-    // The target waits no more: its entry goes with the wait it ends.
-    consul::txn_op& gone = ops.emplace_back();
-    gone.verb = "delete";
-    gone.key = entry;
     auto const named = marker ? decode_priority_marker(marker->value) : std::nullopt;
     std::uint64_t const marker_at = marker ? marker->modify_index : 0;
-    auto const unname = [&] {
-        consul::txn_op& op = ops.emplace_back();
-        op.verb = "delete-cas";
-        op.key = marker->key;
-        op.index = marker_at;
-    };
+    // With the registry as read: who to name next in this transaction.
+    std::optional<candidate_info> next;
     if (live) {
-        // The registry as read: name the next best in this transaction.
-        auto const next = std::find_if(live->begin(), live->end(), [&](candidate_info const& ci) {
+        auto const it = std::find_if(live->begin(), live->end(), [&](candidate_info const& ci) {
             return ci.session != holder && ci.session != target.session;
         });
-        if (next != live->end()) {
-            if (!named || named->first != next->session || named->priority != next->priority) {
-                consul::txn_op& name = ops.emplace_back();
-                name.verb = "cas";
-                name.key = priority_marker_key(key);
-                name.value = encode_priority_marker(next->priority, next->session);
-                name.index = marker_at;
-            }
-        } else if (marker) {
+        if (it != live->end()) next = *it;
+    }
+    auto const ops_for = [&](bool lock_marker) {
+        std::vector<consul::txn_op> ops;
+        ops.reserve(10);
+        if (guard) ops.push_back(*guard);
+        consul::txn_op& waits = ops.emplace_back();
+        waits.verb = "check-session";
+        waits.key = entry;
+        waits.session = target.session;
+        consul::txn_op& unlock = ops.emplace_back();
+        unlock.verb = "unlock";
+        unlock.key = key;
+        unlock.value = holder_value;
+        unlock.flags = consul::lock_flag_value;
+        unlock.session = holder;
+        consul::txn_op& lock = ops.emplace_back();
+        lock.verb = "lock";
+        lock.key = key;
+        lock.value = target.value;
+        lock.flags = consul::lock_flag_value;
+        lock.session = target.session;
+        // The target waits no more: its entry goes with the wait it ends.
+        consul::txn_op& gone = ops.emplace_back();
+        gone.verb = "delete";
+        gone.key = entry;
+        auto const unname = [&] {
+            consul::txn_op& op = ops.emplace_back();
+            op.verb = "delete-cas";
+            op.key = marker->key;
+            op.index = marker_at;
+        };
+        if (next) {
+            bool const as_is = named && named->first == next->session && named->priority == next->priority &&
+                               (!lock_marker || marker->session == next->session);
+            if (!as_is) append_naming_ops(ops, key, marker_at, *next, lock_marker);
+        } else if (marker && (live || (named && named->first == target.session))) {
             unname();
         }
-    } else if (named && named->first == target.session) {
-        unname();
-    }
-    consul::txn_op& seen = ops.emplace_back();
-    seen.verb = "set";
-    seen.key = registry_seen_key(key);
-    seen.value = std::to_string(random_seed());
-    if (!live) {
-        // Read back, for the caller to name the next best from.
-        consul::txn_op& tree = ops.emplace_back();
-        tree.verb = "get-tree";
-        tree.key = candidates_prefix(key);
-    }
+        consul::txn_op& seen = ops.emplace_back();
+        seen.verb = "set";
+        seen.key = registry_seen_key(key);
+        seen.value = std::to_string(random_seed());
+        if (!live) {
+            // Read back, for the caller to name the next best from.
+            consul::txn_op& tree = ops.emplace_back();
+            tree.verb = "get-tree";
+            tree.key = candidates_prefix(key);
+        }
+        return ops;
+    };
+    auto ops = ops_for(true);
     auto r = co_await coro(c).txn(std::move(ops));
+    if (next && refused_for_lock_delay(r)) {
+        // The marker's lock is in its lock-delay (the session it was locked
+        // by was invalidated): the handover goes through with a plain
+        // compare-and-set of the marker.
+        auto plain = ops_for(false);
+        r = co_await coro(c).txn(std::move(plain));
+    }
     transfer_outcome out;
     if (r.committed) {
         for (auto& p : r.results)

@@ -6,7 +6,8 @@
 //                                  flags candidate_flag_value, value
 //                                  {"Name":..,"Value":..,"Priority":N,"Nonce":..}
 //   <key>.candidates/.max          the best waiting candidate as last written:
-//                                  "<priority> <session id>" (or "<priority>")
+//                                  "<priority> <session id>" (or "<priority>"),
+//                                  locked by that candidate's session
 //   <key>.candidates/.seen         rewritten by every registration and removal
 //   <key>.transfer                 an operator's transfer request (`tenure transfer`),
 //                                  flags transfer_flag_value, value {"To":"<name or id>"}
@@ -40,6 +41,11 @@ inline std::string transfer_request_key(std::string const& key) { return key + "
 // reads this one small key: named itself, it goes at once; another, live, it
 // defers to; a priority above its own with nobody live named, it reads the
 // registry. So a handover costs one registry read, by one candidate.
+//
+// The marker is locked by the named candidate's session: a waiter sends its
+// lock transaction at once, guarded by a check-session of the marker for
+// itself (named_in_marker), and only the one named gets through, with no read
+// first. The others see the guard fail and read the marker as above.
 inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
 struct priority_marker {
     int priority = 0;
@@ -49,6 +55,19 @@ std::optional<priority_marker> decode_priority_marker(std::optional<std::string>
 std::string encode_priority_marker(int priority, std::string const& session);
 // Does a candidate of `priority` registering as `session` take the marker?
 bool takes_marker(std::optional<priority_marker> const& known, int priority);
+// The ops that name `next` in the marker, replacing it as it was at `at` (0:
+// absent; a marker that moved since fails them). `locked`: the marker is
+// locked by `next`'s session (see above); else it is a plain compare-and-set,
+// for when that lock is refused (the marker's lock-delay, after the session
+// it was locked by was invalidated).
+void append_naming_ops(std::vector<consul::txn_op>& ops, std::string const& key, std::uint64_t at,
+                       candidate_info const& next, bool locked);
+// Did the transaction fail only because a lock it asked for is in its
+// lock-delay (Consul refuses those before looking at anything else)?
+bool refused_for_lock_delay(consul::txn_result const& r);
+// The guard a waiting `session` puts first in its lock transaction: the
+// marker names it, and is locked by it.
+consul::txn_op named_in_marker(std::string const& key, std::string const& session);
 // Rewritten (with a fresh value) by every registration and removal: a holder
 // that saw the registry empty at this key's ModifyIndex knows it still is
 // while the index has not moved, and releases with one transaction

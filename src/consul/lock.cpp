@@ -488,7 +488,6 @@ struct candidate_registration {
     bool name_next = false;  // took the key with nobody live named: name the next best anyway
     std::uint64_t since = 0;
     std::uint64_t modify_index = 0;  // of our entry: deleted by compare-and-delete (a newer registration stays)
-    std::uint64_t named_at = 0;      // the marker's index when we named ourselves in it (0: unknown)
 
     candidate_registration(std::shared_ptr<consul_session> s, std::string k) : session(std::move(s)), key(std::move(k)) {}
     candidate_registration(candidate_registration const&) = delete;
@@ -649,8 +648,13 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         if (a.held) co_return acquired(*a.held);
     }
 
-    std::optional<key_view> seen_taken;  // a deferral saw the key taken: no read needed
-    bool read_marker = false;  // the hub's marker failed as a guard: read it
+    std::optional<key_view> seen_taken;  // the key as a deferral (or a refused try) saw it: no read needed
+    bool read_marker = false;  // the marker failed as a guard, or told nothing: read it
+    // A freed key whose lock-delay spread waits for the marker's read (see
+    // `speculative` below): when it was seen freed, and how many of this
+    // process saw it first.
+    std::optional<clock::time_point> freed_unsettled;
+    clock::duration behind_unsettled{};
     for (;;) {
         std::optional<key_view> r;
         bool transient = false;
@@ -715,27 +719,24 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                     reg.since = t->results.front().create_index;
                     reg.modify_index = t->results.front().modify_index;
                     // Ranked before the best candidate the marker names (or none
-                    // named): name ourselves (compare-and-set; a lost race is
-                    // looked at again once).
+                    // named): name ourselves, the marker locked by our session
+                    // (append_naming_ops; a lost race is looked at again).
                     auto const& m = t->results[1];
                     std::optional<priority_marker> known = decode_priority_marker(m.value);
                     std::uint64_t at = m.modify_index;
-                    for (int attempt = 0; attempt < 2 && takes_marker(known, eopts.priority); ++attempt) {
+                    candidate_info const me{id, options.name, value, eopts.priority, reg.since};
+                    bool locked = true;
+                    for (int attempt = 0; attempt < 3 && takes_marker(known, eopts.priority); ++attempt) {
                         try {
-                            // A one-op transaction, not PUT ?cas=: its answer
-                            // carries the marker's new index (see named_at).
-                            std::string mk = priority_marker_key(key);
-                            consul::txn_op name_me;
-                            name_me.verb = "cas";
-                            name_me.key = mk;
-                            name_me.value = encode_priority_marker(eopts.priority, id);
-                            name_me.index = at;
-                            auto mops = txn_ops(std::move(name_me));
+                            std::vector<consul::txn_op> mops;
+                            append_naming_ops(mops, key, at, me, locked);
                             auto named = co_await coro(client).txn(std::move(mops));
-                            if (named.committed) {
-                                if (named.results.size() == 1) reg.named_at = named.results.front().modify_index;
-                                break;
+                            if (named.committed) break;
+                            if (refused_for_lock_delay(named)) {
+                                locked = false;  // see append_naming_ops
+                                continue;
                             }
+                            std::string mk = priority_marker_key(key);
                             auto again = co_await coro(client).kv_get(std::move(mk), consistent_read());
                             known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
                             at = again.value ? again.value->modify_index : 0;
@@ -753,6 +754,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             }
             backoff.held();
             in_herd.reset();
+            read_marker = false;
+            freed_unsettled.reset();
             if (once) co_return nullptr;
             index = hub ? r->index : consul::next_wait_index(index, r->index);
             known = known_of(pair);
@@ -765,37 +768,44 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             behind = in_herd->before() * spread_per_candidate;
             freed_at = clock::now();
             last_holder.clear();
+        } else if (freed_unsettled) {
+            freed_at = std::exchange(freed_unsettled, std::nullopt);
+            behind = behind_unsettled;
         }
 
         // A freed key (an invalidation, or a release that found nobody
         // waiting): the best waiting candidate goes first. The marker names
-        // it (candidates.hpp): one small read, and one more to see that the
-        // one named still waits.
-        // Named in the marker as the hub's snapshot shows it, or as we wrote
-        // it ourselves, this candidate goes at once with no read: its lock is
-        // guarded by the marker's index, so a marker that moved since fails
-        // the try, and we read it.
+        // it (candidates.hpp), locked by its session: this candidate's lock
+        // is guarded by a check-session of the marker for itself, so the one
+        // named goes at once with no read. Without a hub, every waiter sends
+        // that guarded lock (`speculative`): only the one named gets
+        // through, and the others read the marker (one small read, and one
+        // more to see that the one named still waits). A hub's snapshot shows
+        // who the marker names, and only that one tries.
         std::optional<priority_marker> top;
         std::optional<consul::txn_op> marker_guard;
+        bool speculative = false;  // guarded by the marker without knowing whether it names us
         std::string defer_to;    // the live candidate named, ranked before us
         std::uint64_t defer_index = 0;  // of the read that showed it waiting
         bool read_all = false;   // nobody live named, and someone may rank before us
         if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false)) {
             std::string mk = priority_marker_key(key);
-            std::uint64_t at = 0;  // the marker's index, where it names us
             auto const s = hub ? hub->current(mk) : std::nullopt;
-            if (s && s->pair) {
+            if (!s) {
+                speculative = true;
+                marker_guard = named_in_marker(key, id);
+            } else if (s->pair) {
                 auto m = decode_priority_marker(s->pair->value);
-                if (m && m->first == id) at = s->pair->modify_index;
-            } else if (!s) {
-                at = reg.named_at;  // as we wrote it (a later write fails the guard)
-            }
-            if (at != 0) {
-                top = priority_marker{eopts.priority, id};
-                marker_guard.emplace();
-                marker_guard->verb = "check-index";
-                marker_guard->key = std::move(mk);
-                marker_guard->index = at;
+                if (s->pair->session == id) {
+                    marker_guard = named_in_marker(key, id);
+                } else if (s->pair->session.empty() && m && m->first == id) {
+                    // Named with a plain compare-and-set: guarded by its index.
+                    marker_guard.emplace();
+                    marker_guard->verb = "check-index";
+                    marker_guard->key = std::move(mk);
+                    marker_guard->index = s->pair->modify_index;
+                }
+                if (marker_guard) top = priority_marker{eopts.priority, id};
             }
         }
         if (reg.active && !once && grace > clock::duration::zero() && !marker_guard) {
@@ -818,7 +828,12 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             }
         }
         bool const named = top && top->first == id;
-        if (freed_at) {
+        if (freed_at && speculative) {
+            // Whether we are named decides the spread: settled by the try,
+            // or by the marker's read after it.
+            freed_unsettled = freed_at;
+            behind_unsettled = behind;
+        } else if (freed_at) {
             // Retries after the lock-delay are spread by the same order; the
             // one named retries at its end.
             backoff.spread_retries(named ? clock::duration::zero() : std::min<clock::duration>(max_retry_spread, behind),
@@ -896,7 +911,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         // Racing for it: those of this process who saw it free first try
         // first. The one the marker names goes at once.
-        if (behind > clock::duration::zero() && !named)
+        if (behind > clock::duration::zero() && !named && !speculative)
             co_await sleep_until(clock::now() + random_up_to(std::min<clock::duration>(max_first_try_spread, behind)));
 
         std::vector<consul::txn_op> ops;
@@ -910,10 +925,20 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             co_return acquired(*attempt.held);
         }
         if (attempt.guard_failed) {
-            // The marker moved after the snapshot: look again, reading it.
+            // Not named (or the marker moved after the snapshot): the one
+            // named may hold the key by now. Look again, reading the marker
+            // if it is still free.
             read_marker = true;
             index = 0;
             known.reset();
+            continue;
+        }
+        if (speculative && outcome == lock_outcome::lock_delay) {
+            // Refused before the guard was looked at: read the marker, then
+            // wait out the lock-delay as the one named or defer to it. The
+            // key is as we saw it.
+            read_marker = true;
+            seen_taken = std::move(r);
             continue;
         }
         if (outcome == lock_outcome::held) {

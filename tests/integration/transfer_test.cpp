@@ -80,11 +80,12 @@ struct fixture {
         tenure::itest::run_on(io, std::move(body), limit);
     }
 
-    asio::awaitable<tenure::session> session(std::string name, std::chrono::milliseconds ttl = 2s) {
+    asio::awaitable<tenure::session> session(std::string name, std::chrono::milliseconds ttl = 2s,
+                                             std::chrono::milliseconds lock_delay = 0ms) {
         tenure::session_options o;
         o.name = std::move(name);
         o.ttl = ttl;
-        o.lock_delay = 0ms;
+        o.lock_delay = lock_delay;
         co_return co_await tenure::session::create(*client, std::move(o));
     }
 
@@ -111,10 +112,13 @@ struct fixture {
             std::string registry = key + ".candidates/";
             auto r = co_await tenure::detail::coro(*client).kv_list(std::move(registry),
                                                                     tenure::detail::consistent_read(index, 10s));
-            std::size_t live = std::count_if(r.value.begin(), r.value.end(),
-                                             [](consul::kv_pair const& p) { return !p.session.empty(); });
+            // Entries locked by their sessions (the marker is locked too, by
+            // the one it names: not a candidate).
+            std::size_t live = std::count_if(r.value.begin(), r.value.end(), [](consul::kv_pair const& p) {
+                return !p.session.empty() && p.flags == tenure::detail::candidate_flag_value;
+            });
             bool const holder_there = std::any_of(r.value.begin(), r.value.end(), [&](consul::kv_pair const& p) {
-                return !holder.empty() && p.session == holder;
+                return !holder.empty() && p.session == holder && p.flags == tenure::detail::candidate_flag_value;
             });
             if (live == n && !holder_there) co_return;
             index = consul::next_wait_index(index, r.meta.index);
@@ -122,16 +126,18 @@ struct fixture {
     }
 
     // Blocks (blocking queries on `<key>.candidates/.max`) until the
-    // priority marker names `session` (empty: until there is no marker).
-    // Its ModifyIndex (0: none).
-    asio::awaitable<std::uint64_t> await_marker(std::string const& key, std::string const& session) {
+    // priority marker names `session` (empty: until there is no marker),
+    // locked by that session (`locked`), or unlocked. Its ModifyIndex (0: none).
+    asio::awaitable<std::uint64_t> await_marker(std::string const& key, std::string const& session, bool locked = true) {
         std::uint64_t index = 0;
         for (;;) {
             std::string marker = key + ".candidates/.max";
             auto r = co_await tenure::detail::coro(*client).kv_get(std::move(marker),
                                                                    tenure::detail::consistent_read(index, 10s));
             if (session.empty() && !r.value) co_return 0;
-            if (r.value && r.value->value && r.value->value->ends_with(" " + session)) co_return r.value->modify_index;
+            if (r.value && r.value->value && r.value->value->ends_with(" " + session) &&
+                r.value->session == (locked ? session : std::string()))
+                co_return r.value->modify_index;
             index = consul::next_wait_index(index, r.meta.index);
         }
     }
@@ -469,7 +475,8 @@ BOOST_AUTO_TEST_CASE(a_winner_leaves_the_registry_in_the_transaction_that_takes_
 // marker: the target has nothing left to remove, and the holder names the
 // next best from what that transaction read back. With a shared watch the
 // holder takes the target from the hub's snapshot (guarded by `.seen`), so
-// the release is that one transaction and no candidate sends another.
+// the release is that one transaction (and the naming after it) and no
+// candidate sends another.
 BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) {
     run([&]() -> asio::awaitable<void> {
         asio::steady_timer wake(io, steady::time_point::max());
@@ -508,7 +515,9 @@ BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) 
             BOOST_TEST(!x.done);
             co_await expect_holder_unlisted(key, w.session.id(), shared);
             co_await await_marker(key, x.session.id());  // the old holder named the next best
-            if (shared) BOOST_TEST(txns() - txns_before == 1.0, "the handover took " << txns() - txns_before << " transactions");
+            // The handover, then the old holder's naming of x (the marker
+            // replaced and locked by x's session): nothing from w.
+            if (shared) BOOST_TEST(txns() - txns_before == 2.0, "the handover took " << txns() - txns_before << " transactions");
 
             // w's release hands over to x the same way; then nobody waits.
             co_await w.scope->release();
@@ -520,6 +529,71 @@ BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) 
             co_await await_marker(key, "");
             co_await x.scope->release();
         }
+    });
+}
+
+// A plain release (handoff_on_release off, as `consul lock` releases): every
+// waiter sends its lock guarded by a check-session of the marker, which is
+// locked by the one it names, so that one gets the key with no read first
+// and the others go back to waiting. When the marker cannot be locked (its
+// lock-delay, after the session it was locked by was invalidated), it is
+// written unlocked and the order still holds: the waiters read it.
+BOOST_AUTO_TEST_CASE(a_plain_release_goes_to_the_candidate_the_marker_is_locked_by) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/plain/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        tenure::election_options plain;
+        plain.handoff_on_release = false;
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h", plain);
+        auto lead = co_await he.acquire();
+
+        candidate w, x, y, z;
+        co_await enroll(w, "w", key, plain);
+        // x's session has a lock-delay: once it ends, whatever it held (the
+        // marker, once x is named) cannot be locked for that long.
+        x.name = "x";
+        x.session = co_await session("x", 2s, 30s);
+        x.election = std::make_unique<tenure::election>(x.session, key, "x", plain);
+        w.start(wake);
+        co_await await_candidates(key, 1);
+        x.start(wake);
+        co_await await_candidates(key, 2);
+        co_await await_marker(key, w.session.id());  // locked by w
+        co_await lead.release();
+        co_await wait_for(wake, [&] { return w.done; });
+        BOOST_TEST_REQUIRE(w.scope.has_value());
+        BOOST_TEST(!x.done);
+        co_await await_marker(key, x.session.id());  // w, now holding, named x
+        co_await await_candidates(key, 1, w.session.id());
+
+        // x's session ends while the marker is locked by it.
+        co_await enroll(z, "z", key, plain);
+        z.start(wake);
+        co_await await_candidates(key, 2, w.session.id());
+        co_await await_marker(key, x.session.id());  // x registered first among equals
+        co_await tenure::detail::coro(*client).session_destroy(x.session.id());
+        co_await wait_for(wake, [&] { return x.done; });
+        auto const high = [&] {
+            auto o = with_priority(5);
+            o.handoff_on_release = false;
+            return o;
+        }();
+        co_await enroll(y, "y", key, high);
+        y.start(wake);
+        // It ranks first and names itself, unlocked: the lock is refused.
+        co_await await_marker(key, y.session.id(), false);
+        co_await w.scope->release();
+        co_await wait_for(wake, [&] { return y.done || z.done; });
+        BOOST_TEST(y.done, "z took the key before y, whom the marker names");
+        BOOST_TEST(!z.done);
+        BOOST_TEST_REQUIRE(y.scope.has_value());
+        // y names z, unlocked while x's lock-delay lasts; z takes the key next.
+        co_await await_marker(key, z.session.id(), false);
+        co_await y.scope->release();
+        co_await wait_for(wake, [&] { return z.done; });
+        BOOST_TEST_REQUIRE(z.scope.has_value());
+        co_await z.scope->release();
     });
 }
 

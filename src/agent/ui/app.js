@@ -352,7 +352,7 @@ function renderLocks() {
     const m = REGISTRY.exec(k.Key);
     if (!m) { locks.push(k); continue; }
     registry.push(k);
-    if (!k.Session) continue;
+    if (!k.Session || m[2].startsWith('.')) continue;
     if (!waiting.has(m[1])) waiting.set(m[1], []);
     waiting.get(m[1]).push(k.SessionName || shortId(k.Session));
   }
@@ -372,7 +372,9 @@ function renderLocks() {
 // tenure's own waiters register beside a lock as `<key>.candidates/<session>`,
 // each locked by its session: lock keys to the agent, but noise among the
 // locks. They get a folded list of their own; each lock names its waiters.
-const REGISTRY = /^(.*)\.candidates\/[^/]+$/;
+// `.max` (locked by the waiter it names) and `.seen` are the registry's own
+// bookkeeping, not waiters.
+const REGISTRY = /^(.*)\.candidates\/([^/]+)$/;
 
 const histNow = () => agentNow(feeds.history);
 
