@@ -95,7 +95,7 @@ struct election_options {
     /// (ignored on etcd).
     int priority = 0;
     /// How long a candidate defers to a better live one on a freed key. Zero:
-    /// no deferral (and no read of the priority marker).
+    /// no deferral (and neither a guard on the priority marker nor a read of it).
     std::chrono::nanoseconds priority_grace = std::chrono::seconds{2};
 
     /// While leading, watch the candidates and hand over (by transfer) when one
