@@ -455,7 +455,7 @@ std::optional<json::value> parse_body(request const& req) {
 }
 
 bool is_read_verb(std::string_view verb) {
-    return verb == "get" || verb == "get-tree" || verb == "get-or-empty" || verb.starts_with("check-");
+    return verb == "get" || verb == "get-tree" || verb.starts_with("check-");
 }
 
 }  // namespace

@@ -595,8 +595,7 @@ api_outcome handler::txn() {
         if (auto refused = check_txn_limits(*limits_, sm_, ops)) return done(std::move(*refused));
 
     bool writes = std::any_of(ops.begin(), ops.end(), [](auto const& op) {
-        return !(op.verb == "get" || op.verb == "get-tree" || op.verb == "get-or-empty" ||
-                 op.verb.starts_with("check-"));
+        return !(op.verb == "get" || op.verb == "get-tree" || op.verb.starts_with("check-"));
     });
     txn_outcome out = sm_.txn(ops, now_);
     json::object body(&mr);

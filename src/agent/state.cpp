@@ -747,9 +747,6 @@ txn_outcome state_machine::txn(std::vector<txn_kv_op> const& ops, time_point now
         } else if (v == "get") {
             if (auto const* e = kv_get(op.key)) out.results.push_back(*e);
             else fail("key " + q(op.key) + " doesn't exist");
-        } else if (v == "get-or-empty") {
-            if (auto const* e = kv_get(op.key)) out.results.push_back(*e);
-            else out.results.push_back(kv_entry{op.key, std::nullopt, op.flags, 0, 0, 0, op.session});
         } else if (v == "get-tree") {
             for (auto const* e : kv_list(op.key)) out.results.push_back(*e);
         } else if (v == "check-index") {

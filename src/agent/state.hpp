@@ -136,7 +136,7 @@ using result = std::variant<T, state_error>;
 
 // One KV operation of /v1/txn.
 struct txn_kv_op {
-    std::string verb;  // set, cas, lock, unlock, get, get-or-empty, get-tree, check-index,
+    std::string verb;  // Consul's: set, cas, lock, unlock, get, get-tree, check-index,
                        // check-session, check-not-exists, delete, delete-cas, delete-tree
     std::string key;
     std::optional<std::string> value;

@@ -699,9 +699,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 entry.value = encode_candidate(options.name, value, eopts.priority, next_spread_seed());
                 entry.flags = candidate_flag_value;
                 entry.session = id;
-                // The same transaction reads the priority marker back.
+                // The same transaction reads the priority marker back: a
+                // get-tree of its own key, which (unlike Consul's `get`) does
+                // not fail the transaction when there is no marker.
                 consul::txn_op marker;
-                marker.verb = "get-or-empty";
+                marker.verb = "get-tree";
                 marker.key = priority_marker_key(key);
                 consul::txn_op seen;
                 seen.verb = "set";
@@ -715,15 +717,21 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 } catch (system_error const& ex) {
                     if (is_abort(ex)) throw;
                 }
-                if (t && t->committed && t->results.size() == 3) {
+                if (t && t->committed && !t->results.empty() && t->results.front().key == candidate_key(key, id)) {
                     reg.since = t->results.front().create_index;
                     reg.modify_index = t->results.front().modify_index;
                     // Ranked before the best candidate the marker names (or none
                     // named): name ourselves, the marker locked by our session
                     // (append_naming_ops; a lost race is looked at again).
-                    auto const& m = t->results[1];
-                    std::optional<priority_marker> known = decode_priority_marker(m.value);
-                    std::uint64_t at = m.modify_index;
+                    std::string const mk = priority_marker_key(key);
+                    auto const m = std::find_if(t->results.begin(), t->results.end(),
+                                                [&](consul::kv_pair const& p) { return p.key == mk; });
+                    std::optional<priority_marker> known;
+                    std::uint64_t at = 0;
+                    if (m != t->results.end()) {
+                        known = decode_priority_marker(m->value);
+                        at = m->modify_index;
+                    }
                     candidate_info const me{id, options.name, value, eopts.priority, reg.since};
                     bool locked = true;
                     for (int attempt = 0; attempt < 3 && takes_marker(known, eopts.priority); ++attempt) {
