@@ -699,31 +699,55 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 entry.value = encode_candidate(options.name, value, eopts.priority, next_spread_seed());
                 entry.flags = candidate_flag_value;
                 entry.session = id;
-                // The same transaction reads the priority marker back: a
-                // get-tree of its own key, which (unlike Consul's `get`) does
-                // not fail the transaction when there is no marker.
-                consul::txn_op marker;
-                marker.verb = "get-tree";
-                marker.key = priority_marker_key(key);
                 consul::txn_op seen;
                 seen.verb = "set";
                 seen.key = registry_seen_key(key);
                 seen.value = std::to_string(next_spread_seed());
-                auto ops = txn_ops(std::move(entry), std::move(marker), std::move(seen));
+                std::string const mk = priority_marker_key(key);
+                candidate_info me{id, options.name, value, eopts.priority, 0};
+                // A hub's snapshot that shows no marker: name ourselves in
+                // the same transaction (check-not-exists + lock), one request
+                // for both; a marker written since fails it, and the
+                // registration goes again the usual way. Else the same
+                // transaction reads the marker back: a get-tree of its own
+                // key, which (unlike Consul's `get`) does not fail the
+                // transaction when there is no marker.
+                auto const snapshot = hub ? hub->current(mk) : std::nullopt;
+                bool named_in_txn = snapshot && !snapshot->pair;
                 reg.active = true;
                 std::optional<consul::txn_result> t;
-                try {
-                    t = co_await coro(client).txn(std::move(ops));
-                } catch (system_error const& ex) {
-                    if (is_abort(ex)) throw;
+                for (;;) {
+                    std::vector<consul::txn_op> ops;
+                    ops.reserve(4);
+                    ops.push_back(entry);
+                    if (named_in_txn) {
+                        append_naming_ops(ops, key, 0, me, true);
+                    } else {
+                        consul::txn_op& marker = ops.emplace_back();
+                        marker.verb = "get-tree";
+                        marker.key = mk;
+                    }
+                    ops.push_back(seen);
+                    t.reset();
+                    try {
+                        t = co_await coro(client).txn(std::move(ops));
+                    } catch (system_error const& ex) {
+                        if (is_abort(ex)) throw;
+                    }
+                    if (!named_in_txn || (t && t->committed) || !t) break;
+                    named_in_txn = false;
                 }
-                if (t && t->committed && !t->results.empty() && t->results.front().key == candidate_key(key, id)) {
+                bool const registered =
+                    t && t->committed && !t->results.empty() && t->results.front().key == candidate_key(key, id);
+                if (registered) {
                     reg.since = t->results.front().create_index;
                     reg.modify_index = t->results.front().modify_index;
+                }
+                if (registered && !named_in_txn) {
+                    me.since = reg.since;
                     // Ranked before the best candidate the marker names (or none
                     // named): name ourselves, the marker locked by our session
                     // (append_naming_ops; a lost race is looked at again).
-                    std::string const mk = priority_marker_key(key);
                     auto const m = std::find_if(t->results.begin(), t->results.end(),
                                                 [&](consul::kv_pair const& p) { return p.key == mk; });
                     std::optional<priority_marker> known;
@@ -732,7 +756,6 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                         known = decode_priority_marker(m->value);
                         at = m->modify_index;
                     }
-                    candidate_info const me{id, options.name, value, eopts.priority, reg.since};
                     bool locked = true;
                     for (int attempt = 0; attempt < 3 && takes_marker(known, eopts.priority); ++attempt) {
                         try {
