@@ -454,10 +454,6 @@ std::optional<json::value> parse_body(request const& req) {
     return v;
 }
 
-bool is_read_verb(std::string_view verb) {
-    return verb == "get" || verb == "get-tree" || verb.starts_with("check-");
-}
-
 }  // namespace
 
 namespace {

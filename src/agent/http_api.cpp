@@ -594,9 +594,7 @@ api_outcome handler::txn() {
     if (limits_)
         if (auto refused = check_txn_limits(*limits_, sm_, ops)) return done(std::move(*refused));
 
-    bool writes = std::any_of(ops.begin(), ops.end(), [](auto const& op) {
-        return !(op.verb == "get" || op.verb == "get-tree" || op.verb.starts_with("check-"));
-    });
+    bool writes = std::any_of(ops.begin(), ops.end(), [](auto const& op) { return !is_read_verb(op.verb); });
     txn_outcome out = sm_.txn(ops, now_);
     json::object body(&mr);
     http::status st = http::status::ok;

@@ -145,6 +145,12 @@ struct txn_kv_op {
     std::string session;
 };
 
+// A verb that only reads (get, get-tree, the checks): what ACLs need
+// key:read for, and what leaves a transaction with nothing to write.
+inline bool is_read_verb(std::string_view verb) {
+    return verb == "get" || verb == "get-tree" || verb.starts_with("check-");
+}
+
 struct txn_error {
     std::size_t op_index = 0;
     std::string what;

@@ -767,8 +767,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                                 locked = false;  // see append_naming_ops
                                 continue;
                             }
-                            std::string mk = priority_marker_key(key);
-                            auto again = co_await coro(client).kv_get(std::move(mk), consistent_read());
+                            std::string marker_key = mk;  // named: see read_registry
+                            auto again = co_await coro(client).kv_get(std::move(marker_key), consistent_read());
                             known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
                             at = again.value ? again.value->modify_index : 0;
                         } catch (system_error const& ex) {
