@@ -1439,6 +1439,21 @@ BOOST_AUTO_TEST_CASE(answers_are_framed_exactly) {
     BOOST_TEST(two.received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0u, two.received);
     BOOST_REQUIRE(second != std::string::npos);
     BOOST_TEST(two.received.substr(second - 5, 5) == "hello");
+
+    // Bodies in the same write as the next request (the agent parses a body
+    // that came with its header at once): each body ends where its framing
+    // says, and the request after it is read intact.
+    auto bodies = http.send_raw("PUT /v1/kv/piped/a HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\none"
+                                "PUT /v1/kv/piped/b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "3\r\ntwo\r\n0\r\n\r\n"
+                                "GET /v1/kv/piped/a?raw HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                                5000ms);
+    BOOST_TEST(bodies.closed_by_peer);
+    BOOST_TEST(bodies.received.rfind("HTTP/1.1 200 OK\r\n", 0) == 0u, bodies.received);
+    BOOST_TEST(bodies.received.ends_with("\r\n\r\none"), bodies.received);
+    auto b = http.get("/v1/kv/piped/b?raw");
+    REQUIRE_STATUS(b, 200u);
+    BOOST_TEST(b.body == "two");
 }
 
 BOOST_AUTO_TEST_CASE(keep_alive_serves_many_requests_on_one_connection) {
