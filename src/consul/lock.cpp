@@ -129,11 +129,10 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
         // Hand the key to the best waiting candidate in one transaction (no
         // race between the followers, no gap); look again if it left meanwhile.
         auto& owner = static_cast<consul_session&>(*session);
-        if (auto it = owner.registry_empty_at.find(key); it != owner.registry_empty_at.end()) {
+        if (auto const seen = consul_session::take_note(owner.registry_empty_at, key)) {
             // Nobody registered or left since we saw the registry empty: a
             // plain unlock, guarded by that, in one round trip.
-            std::uint64_t const seen_index = it->second;
-            owner.registry_empty_at.erase(it);
+            std::uint64_t const seen_index = *seen;
             consul::txn_op guard;
             guard.key = registry_seen_key(key);
             if (seen_index == 0) {
@@ -637,12 +636,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     // The release notes the index only when nobody waited for the key (its
     // guarded unlock, with handoff_on_release), or with quick_retake, which
     // opts into beating the followers a release woke (no rotation).
-    if (auto it = released_at.find(key); it != released_at.end()) {
+    if (auto const at = take_note(released_at, key)) {
         consul::txn_op check;
         check.verb = "check-index";
         check.key = key;
-        check.index = it->second;
-        released_at.erase(it);
+        check.index = *at;
         auto ops = txn_ops(std::move(check), lock_op);
         auto const a = co_await try_lock(client, std::move(ops), id);
         if (a.held) co_return acquired(*a.held);

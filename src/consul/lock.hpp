@@ -7,7 +7,9 @@
 #include "consul/client_access.hpp"
 #include "consul/watch_hub.hpp"
 
+#include <optional>
 #include <unordered_map>
+#include <utility>
 
 namespace tenure::detail {
 
@@ -99,14 +101,25 @@ struct consul_session final : session_impl {
     // of the key is a check-index + unlock transaction, no registry read.
     std::unordered_map<std::string, std::uint64_t> registry_empty_at;
 
-    void note_registry_empty(std::string const& key, std::uint64_t seen_index) {
-        if (registry_empty_at.size() >= 4096) registry_empty_at.clear();
-        registry_empty_at.insert_or_assign(key, seen_index);
+    void note_registry_empty(std::string const& key, std::uint64_t seen_index) { note(registry_empty_at, key, seen_index); }
+    void note_released(std::string const& key, std::uint64_t modify_index) { note(released_at, key, modify_index); }
+
+    // Takes the note of `key` (nullopt: none). Its entry stays, marked taken,
+    // so that the next note of the key (a lone candidate's every term) reuses
+    // the entry instead of allocating another. Both maps are capped at 4096
+    // keys, taken or not.
+    static std::optional<std::uint64_t> take_note(std::unordered_map<std::string, std::uint64_t>& notes,
+                                                  std::string const& key) {
+        auto const it = notes.find(key);
+        if (it == notes.end() || it->second == taken) return std::nullopt;
+        return std::exchange(it->second, taken);
     }
 
-    void note_released(std::string const& key, std::uint64_t modify_index) {
-        if (released_at.size() >= 4096) released_at.clear();
-        released_at.insert_or_assign(key, modify_index);
+    static constexpr std::uint64_t taken = ~std::uint64_t{0};  // an index no key reaches
+    static void note(std::unordered_map<std::string, std::uint64_t>& notes, std::string const& key,
+                     std::uint64_t index) {
+        if (notes.size() >= 4096 && !notes.contains(key)) notes.clear();
+        notes.insert_or_assign(key, index);
     }
 
     asio::awaitable<bool> renew_once() override {
