@@ -119,8 +119,16 @@ http_connection::~http_connection() {
 // that close() can abort it.
 class http_pool::active_guard {
 public:
-    active_guard(http_pool& p, http_connection& c) : p_(p), c_(c) { p_.active_.insert(&c_); }
-    ~active_guard() { p_.active_.erase(&c_); }
+    active_guard(http_pool& p, http_connection& c) : p_(p), c_(c) {
+        c_.active_slot = p_.active_.size();
+        p_.active_.push_back(&c_);
+    }
+    ~active_guard() {
+        auto& list = p_.active_;
+        list[c_.active_slot] = list.back();
+        list[c_.active_slot]->active_slot = c_.active_slot;
+        list.pop_back();
+    }
     active_guard(active_guard const&) = delete;
     active_guard& operator=(active_guard const&) = delete;
 

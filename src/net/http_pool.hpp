@@ -35,7 +35,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 namespace tenure::detail {
@@ -102,6 +101,7 @@ struct http_connection {
     std::shared_ptr<connection_count> count;
     boost::beast::flat_buffer buffer;
     bool aborted = false;  // closed under a pending operation (the pool's close(), or its owner's)
+    std::size_t active_slot = 0;  // its place in the pool's active list while in it
 };
 
 class http_pool {
@@ -162,7 +162,9 @@ private:
     fail_handler on_fail_;
     std::vector<endpoint> endpoints_;                     // resolved once, then cached
     std::vector<std::unique_ptr<http_connection>> idle_;  // most recently used last
-    std::unordered_set<http_connection*> active_;
+    // In flight, for close() to abort. A list with each connection's place
+    // in it (swap-remove): no allocation per request once it has grown.
+    std::vector<http_connection*> active_;
     std::shared_ptr<connection_count> count_;
     std::deque<std::weak_ptr<tenure::detail::timer>> waiters_;  // requests waiting for a connection
     std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
