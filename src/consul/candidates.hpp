@@ -22,6 +22,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tenure::detail {
@@ -29,9 +30,17 @@ namespace tenure::detail {
 inline constexpr std::uint64_t candidate_flag_value = 0x74656e7563616e64ull;  // "tenucand"
 inline constexpr std::uint64_t transfer_flag_value = 0x74656e757472616eull;   // "tenutran"
 
-inline std::string candidates_prefix(std::string const& key) { return key + ".candidates/"; }
+// `<key>.candidates/` followed by `name`, built in one allocation.
+inline std::string in_registry(std::string const& key, std::string_view name) {
+    constexpr std::string_view dir = ".candidates/";
+    std::string s;
+    s.reserve(key.size() + dir.size() + name.size());
+    s.append(key).append(dir).append(name);
+    return s;
+}
+inline std::string candidates_prefix(std::string const& key) { return in_registry(key, {}); }
 inline std::string candidate_key(std::string const& key, std::string const& session) {
-    return candidates_prefix(key) + session;
+    return in_registry(key, session);
 }
 inline std::string transfer_request_key(std::string const& key) { return key + ".transfer"; }
 // The best waiting candidate, by compare-and-set: a registering candidate that
@@ -46,7 +55,7 @@ inline std::string transfer_request_key(std::string const& key) { return key + "
 // lock transaction at once, guarded by a check-session of the marker for
 // itself (named_in_marker), and only the one named gets through, with no read
 // first. The others see the guard fail and read the marker as above.
-inline std::string priority_marker_key(std::string const& key) { return candidates_prefix(key) + ".max"; }
+inline std::string priority_marker_key(std::string const& key) { return in_registry(key, ".max"); }
 struct priority_marker {
     int priority = 0;
     std::string first;  // its session id; empty in a marker written before there was one
@@ -72,7 +81,7 @@ consul::txn_op named_in_marker(std::string const& key, std::string const& sessio
 // that saw the registry empty at this key's ModifyIndex knows it still is
 // while the index has not moved, and releases with one transaction
 // (check-index + unlock) instead of reading the registry first.
-inline std::string registry_seen_key(std::string const& key) { return candidates_prefix(key) + ".seen"; }
+inline std::string registry_seen_key(std::string const& key) { return in_registry(key, ".seen"); }
 
 // `nonce` makes each registration's value (so its ModifyIndex) its own.
 std::string encode_candidate(std::string const& name, std::string const& value, int priority, std::uint64_t nonce);
