@@ -116,7 +116,8 @@ http_connection::~http_connection() {
 }
 
 // Registers a connection as in flight while it connects or exchanges, so
-// that close() can abort it.
+// that close() can abort it. The connection must outlive the guard (it is
+// read when the guard ends): end the guard before giving the connection back.
 class http_pool::active_guard {
 public:
     active_guard(http_pool& p, http_connection& c) : p_(p), c_(c) {
@@ -322,7 +323,10 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
             c = std::move(fresh);
             if (generation != generation_) fail(asio::error::operation_aborted, describe(label));  // close() ran meanwhile
         }
-        active_guard guard{*this, *c};
+        // Out of the active list before the connection goes back to the
+        // pool (or is closed there): the guard reads the connection.
+        std::optional<active_guard> guard;
+        guard.emplace(*this, *c);
         c->stream.expires_at(deadline);
 
         // A kept-alive connection the server closed meanwhile fails on the
@@ -351,6 +355,7 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
 
         bool const keep_alive = parser.keep_alive();
         response res = parser.release();
+        guard.reset();
         if (keep_alive) give_back(std::move(c), generation);
         co_return res;
     }
