@@ -727,6 +727,60 @@ BOOST_AUTO_TEST_CASE(request_timeout) {
     BOOST_TEST(err->http_status() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(each_request_on_a_kept_alive_connection_has_its_own_deadline) {
+    // One connection, three requests. A plain connection's deadline is one
+    // timer armed for the earliest deadline asked of it: the second request
+    // (a blocking query, answered after the first one's deadline has
+    // passed) must not time out, and the third (never answered) must time
+    // out at its own deadline, not at the blocking query's later one.
+    asio::io_context ioc{1};
+    fake_server server(ioc);
+    consul::client c(ioc.get_executor(),
+                     {.address = server.address(), .request_timeout = 200ms, .blocking_margin = 100ms});
+    std::optional<tcp::socket> held;
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        auto s = co_await server.acceptor.async_accept(asio::use_awaitable);
+        ++server.accepted;
+        asio::streambuf buf;
+        if (!co_await server.read_request(s, buf)) co_return;
+        co_await asio::async_write(s, asio::buffer(fake_server::answer(std::string(self_body))), asio::use_awaitable);
+        if (!co_await server.read_request(s, buf)) co_return;
+        asio::steady_timer hold(ioc, 500ms);  // past the first request's deadline
+        co_await hold.async_wait(asio::use_awaitable);
+        std::string const missing = "HTTP/1.1 404 Not Found\r\nX-Consul-Index: 7\r\nContent-Length: 0\r\n\r\n";
+        co_await asio::async_write(s, asio::buffer(missing), asio::use_awaitable);
+        if (!co_await server.read_request(s, buf)) co_return;
+        held.emplace(std::move(s));  // the third is never answered
+    }, asio::detached);
+    bool blocking_answered = false;
+    std::optional<consul::api_error> err;
+    steady::duration third_took{};
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        co_await coro(c).agent_self();
+        auto r = co_await coro(c).kv_get("k", {.index = 3, .wait = 1s});
+        blocking_answered = !r.value && r.meta.index == 7;
+        auto const start = steady::now();
+        try {
+            co_await coro(c).agent_self();
+        } catch (consul::api_error const& e) {
+            err = e;
+        }
+        third_took = steady::now() - start;
+        c.close();
+        server.acceptor.close();
+        held.reset();
+    }, asio::detached);
+    ioc.run_for(30s);
+    BOOST_TEST(blocking_answered);
+    BOOST_REQUIRE(err);
+    BOOST_TEST((err->code() == asio::error::timed_out), err->what());
+    // Its own deadline is 200 ms away; the blocking query's was at least 660 ms away.
+    auto const third_ms = std::chrono::duration_cast<std::chrono::milliseconds>(third_took).count();
+    BOOST_TEST((third_took < 550ms), third_ms << " ms");
+    BOOST_TEST(server.accepted == 1);
+    BOOST_TEST(server.requests == 3);
+}
+
 BOOST_AUTO_TEST_CASE(stale_keep_alive_connection_is_retried) {
     // Connection 1 answers one request, then reads the next and closes
     // without answering (the server's idle timeout racing the client's
