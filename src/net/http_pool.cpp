@@ -16,7 +16,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
-#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
@@ -41,9 +40,6 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
-
-// How long a connection given back counts as known alive (take_idle).
-constexpr auto recently_idle = std::chrono::seconds(1);
 
 bool cancelled(asio::cancellation_state const& cs) { return cs.cancelled() != asio::cancellation_type::none; }
 
@@ -105,33 +101,6 @@ private:
     std::string_view kept_prefix_;
     http_pool::response res_;
 };
-
-// Starts a wait for w.deadline (cancelling any pending one).
-void arm(std::shared_ptr<deadline_watch> const& w) {
-    w->armed = w->deadline;
-    w->timer.expires_at(w->deadline);
-    w->timer.async_wait([weak = std::weak_ptr<deadline_watch>(w)](beast::error_code ec) {
-        auto w = weak.lock();
-        if (!w || ec) return;  // the connection is gone, or the wait was replaced by an earlier one
-        w->armed = clock::time_point::max();
-        if (w->deadline == clock::time_point::max()) return;  // no exchange in flight: arm on the next
-        if (clock::now() < w->deadline) return arm(w);        // an exchange with a later deadline
-        w->expired = true;
-        w->owner->stream.close();  // its pending wait completes with operation_aborted
-    });
-}
-
-// The deadline of the exchange about to start on a plain connection.
-void watch_deadline(http_connection& c, asio::any_io_executor const& ex, clock::time_point deadline) {
-    if (!c.watch) {
-        c.watch = std::make_shared<deadline_watch>(ex);
-        c.watch->owner = &c;
-    }
-    auto& w = *c.watch;
-    w.deadline = deadline;
-    w.expired = false;
-    if (w.armed > deadline) arm(c.watch);
-}
 
 }  // namespace
 
@@ -224,11 +193,7 @@ std::unique_ptr<http_connection> http_pool::take_idle() {
     while (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
-        // A connection given back moments ago is taken without the peek (a
-        // syscall per request): a server closes a connection after seconds
-        // idle, not within one, and if it did, the write or the read would
-        // fail with no answer begun, which exchange() retries.
-        if (clock::now() - c->idle_since < recently_idle || !idle_connection_dead(*c)) return c;
+        if (!idle_connection_dead(*c)) return c;
     }
     return nullptr;
 }
@@ -237,7 +202,6 @@ void http_pool::give_back(std::unique_ptr<http_connection> c, std::uint64_t gene
     if (generation != generation_ || c->aborted || c->buffer.size() != 0) return;
     if (idle_.size() >= opts_.max_idle) return;
     c->stream.expires_never();
-    c->idle_since = clock::now();
     idle_.push_back(std::move(c));
     wake_one();
 }
@@ -363,6 +327,7 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
         // pool (or is closed there): the guard reads the connection.
         std::optional<active_guard> guard;
         guard.emplace(*this, *c);
+        c->stream.expires_at(deadline);
 
         // A kept-alive connection the server closed meanwhile fails on the
         // write or before the first byte of the answer: try once more on a
@@ -371,85 +336,21 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
             return reused && attempt == 0 && !got_some && !c->aborted && stale_connection_error(ec);
         };
 
+        auto [wec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data(), wire.size()),
+                                                    tuple_awaitable);
+        if (wec) {
+            bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
+            if (!aborted && retry(wec, false)) continue;
+            fail_io(wec, aborted, describe(label));
+        }
+
         response_reader parser(opts_.kept_fields_prefix);
         parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-        beast::error_code ec;
-        bool wrote = false;
-        if (c->stream.is_tls()) {
-            c->stream.expires_at(deadline);
-            auto [wec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data(), wire.size()),
-                                                        tuple_awaitable);
-            ec = wec;
-            if (!ec) {
-                wrote = true;
-                auto [rec, rn] = co_await http::async_read(c->stream, c->buffer, parser, tuple_awaitable);
-                ec = rec;
-            }
-        } else {
-            // Plain bytes, on the socket itself: a non-blocking send (the
-            // request almost always fits the socket's buffer), a wait for
-            // the answer, and non-blocking reads into the parser. No
-            // composed operation, no timer per request, no completion
-            // posted for a write that finished at once.
-            watch_deadline(*c, ex_, deadline);
-            auto& sock = c->stream.socket();
-            if (!sock.non_blocking()) sock.non_blocking(true, ec);
-            std::size_t sent = ec ? 0 : sock.write_some(asio::buffer(wire.data(), wire.size()), ec);
-            if (ec == asio::error::would_block) ec = {};
-            if (!ec && sent < wire.size()) {
-                auto [wec, wn] = co_await asio::async_write(
-                    sock, asio::buffer(wire.data() + sent, wire.size() - sent), tuple_awaitable);
-                ec = wec;
-            }
-            wrote = !ec;
-            bool await_first = true;  // the answer is not there yet the moment the request is sent
-            while (!ec) {
-                if (c->buffer.size() != 0) {
-                    auto const used = parser.put(c->buffer.data(), ec);
-                    c->buffer.consume(used);
-                    if (!ec) {
-                        if (parser.is_done()) break;
-                        continue;
-                    }
-                    if (ec != http::error::need_more) break;
-                    ec = {};
-                }
-                if (await_first) {
-                    await_first = false;
-                    auto [wec] = co_await sock.async_wait(net_stream::socket_type::wait_read, tuple_awaitable);
-                    ec = wec;
-                    if (ec) break;
-                }
-                auto const room = beast::read_size(c->buffer, 65536);
-                if (room == 0) {
-                    ec = http::error::buffer_overflow;
-                    break;
-                }
-                auto const n = sock.read_some(c->buffer.prepare(room), ec);
-                if (ec == asio::error::would_block) {
-                    ec = {};
-                    await_first = true;
-                    continue;
-                }
-                if (ec == asio::error::eof) {
-                    // The end of a body that runs to the close, or a close
-                    // before (or amid) the answer.
-                    ec = {};
-                    if (parser.got_some()) parser.put_eof(ec);
-                    else ec = http::error::end_of_stream;
-                    break;
-                }
-                c->buffer.commit(n);
-            }
-            if (c->watch->expired && !c->aborted) ec = asio::error::timed_out;
-            c->watch->deadline = clock::time_point::max();
-        }
-        if (ec) {
-            if (ec == asio::error::timed_out) fail(ec, describe(label));
+        auto [rec, rn] = co_await http::async_read(c->stream, c->buffer, parser, tuple_awaitable);
+        if (rec) {
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
-            bool const got_some = wrote && (parser.got_some() || c->buffer.size() != 0);
-            if (!aborted && retry(ec, got_some)) continue;
-            fail_io(ec, aborted, describe(label));
+            if (!aborted && retry(rec, parser.got_some() || c->buffer.size() != 0)) continue;
+            fail_io(rec, aborted, describe(label));
         }
 
         bool const keep_alive = parser.keep_alive();

@@ -9,11 +9,8 @@
 // Any error, timeout or cancellation closes the connection. With
 // max_connections set, a request that finds every connection busy waits for
 // one to be given back or closed (first come, first served) within its
-// deadline. Resolve, connect, handshake, write and read share one deadline:
-// under TLS enforced by basic_stream::expires_at; on plain sockets by one
-// timer per connection that is re-armed only when a deadline comes earlier
-// than the one it waits for (see deadline_watch), so that a request arms no
-// timer of its own.
+// deadline. Resolve, connect, handshake, write and read share one deadline,
+// enforced by basic_stream::expires_at.
 //
 // The pool knows no backend's error type: every failure goes to the
 // fail_handler the owner gives, which throws its own (see net_failure).
@@ -92,22 +89,6 @@ struct connection_count {
     std::function<void()> on_close;  // wakes the next waiter
 };
 
-struct http_connection;
-
-// A plain connection's deadline: one timer per connection that waits for
-// the earliest deadline it has been asked for. When it fires it re-arms for
-// the exchange in flight if that one's deadline is later, and otherwise
-// closes the socket (the exchange fails with timed_out). Exchanges whose
-// deadlines only grow, the usual case, arm it once per timeout period.
-struct deadline_watch {
-    explicit deadline_watch(boost::asio::any_io_executor const& ex) : timer(ex) {}
-    tenure::detail::timer timer;
-    clock::time_point deadline = clock::time_point::max();  // the exchange's in flight; max: none
-    clock::time_point armed = clock::time_point::max();     // the pending wait's expiry; max: none
-    bool expired = false;                                    // the exchange in flight ran out of time
-    http_connection* owner = nullptr;
-};
-
 struct http_connection {
     http_connection(boost::asio::any_io_executor const& ex, std::shared_ptr<connection_count> n,
                     std::shared_ptr<boost::asio::ssl::context> tls_context);
@@ -121,8 +102,6 @@ struct http_connection {
     boost::beast::flat_buffer buffer;
     bool aborted = false;  // closed under a pending operation (the pool's close(), or its owner's)
     std::size_t active_slot = 0;  // its place in the pool's active list while in it
-    clock::time_point idle_since{};  // when it was last given back to the pool
-    std::shared_ptr<deadline_watch> watch;  // plain sockets, once they have exchanged
 };
 
 class http_pool {
