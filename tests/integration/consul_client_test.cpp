@@ -728,9 +728,8 @@ BOOST_AUTO_TEST_CASE(request_timeout) {
 }
 
 BOOST_AUTO_TEST_CASE(each_request_on_a_kept_alive_connection_has_its_own_deadline) {
-    // One connection, three requests. A plain connection's deadline is one
-    // timer armed for the earliest deadline asked of it: the second request
-    // (a blocking query, answered after the first one's deadline has
+    // One connection, three requests, each with its own deadline: the
+    // second (a blocking query, answered after the first one's deadline has
     // passed) must not time out, and the third (never answered) must time
     // out at its own deadline, not at the blocking query's later one.
     asio::io_context ioc{1};
