@@ -63,6 +63,13 @@ bool kv_watch_hub::answers(waiter const& w) const {
     return exists && it->second.pair.modify_index != w.known->modify_index;
 }
 
+std::optional<kv_watch_hub::key_state> kv_watch_hub::answer_now(std::string const& key, std::uint64_t min_index,
+                                                                std::optional<known_state> const& known) const {
+    waiter probe{key, min_index, known, std::nullopt, nullptr, std::nullopt};
+    if (!answers(probe)) return std::nullopt;
+    return current(key);
+}
+
 void kv_watch_hub::deliver(waiter& w) {
     w.answer = current(w.key);
     if (w.wake) w.wake->cancel();
@@ -71,12 +78,10 @@ void kv_watch_hub::deliver(waiter& w) {
 asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, std::uint64_t min_index,
                                                                 std::optional<known_state> known) {
     auto self = shared_from_this();
-    if (auto s = current(key); s) {
-        waiter probe{key, min_index, known, std::nullopt, nullptr};
-        if (answers(probe)) co_return *s;
-    }
+    // (A plain function: its locals stay out of this coroutine's frame.)
+    if (auto s = answer_now(key, min_index, known)) co_return std::move(*s);
     auto& list = waiting_[key];
-    auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr});
+    auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr, std::nullopt});
     ++waiter_count_;
     if (it->min_index > 0 && (!have_snapshot_ || it->min_index > index_))
         it->pending = short_of_index_.emplace(it->min_index, &*it);

@@ -89,6 +89,9 @@ private:
     };
 
     bool answers(waiter const& w) const;
+    // The current snapshot's answer to such a waiter, if it has one already.
+    std::optional<key_state> answer_now(std::string const& key, std::uint64_t min_index,
+                                        std::optional<known_state> const& known) const;
     void deliver(waiter& w);
     void ensure_running();
     // The shared query's loop. It holds the hub only weakly: when the last
