@@ -217,98 +217,129 @@ std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& 
     return std::nullopt;
 }
 
+namespace {
+
+// The transaction of transfer_txn, and what its answer means. A plain class:
+// the coroutine's frame then holds only this (a frame past 1 KiB takes
+// malloc's slow path, paid once per handover).
+class handover {
+public:
+    handover(std::string const& key, std::string const& holder, std::string const& holder_value,
+             candidate_info const& target, std::optional<consul::kv_pair> const& marker,
+             std::vector<candidate_info> const* live, consul::txn_op const* guard)
+        : key_(key), holder_(holder), holder_value_(holder_value), target_(target), marker_(marker), live_(live),
+          guard_(guard), entry_(candidate_key(key, target.session)),
+          named_(marker ? decode_priority_marker(marker->value) : std::nullopt) {
+        // With the registry as read: who to name next in this transaction.
+        if (live) {
+            auto const it = std::find_if(live->begin(), live->end(), [&](candidate_info const& ci) {
+                return ci.session != holder && ci.session != target.session;
+            });
+            if (it != live->end()) next_ = *it;
+        }
+    }
+
+    bool names_next() const noexcept { return next_.has_value(); }
+
+    // `lock_marker`: name the next best with the marker locked by its session.
+    std::vector<consul::txn_op> ops(bool lock_marker) const {
+        std::uint64_t const marker_at = marker_ ? marker_->modify_index : 0;
+        std::vector<consul::txn_op> ops;
+        ops.reserve(10);
+        if (guard_) ops.push_back(*guard_);
+        consul::txn_op& waits = ops.emplace_back();
+        waits.verb = "check-session";
+        waits.key = entry_;
+        waits.session = target_.session;
+        consul::txn_op& unlock = ops.emplace_back();
+        unlock.verb = "unlock";
+        unlock.key = key_;
+        unlock.value = holder_value_;
+        unlock.flags = consul::lock_flag_value;
+        unlock.session = holder_;
+        consul::txn_op& lock = ops.emplace_back();
+        lock.verb = "lock";
+        lock.key = key_;
+        lock.value = target_.value;
+        lock.flags = consul::lock_flag_value;
+        lock.session = target_.session;
+        // The target waits no more: its entry goes with the wait it ends.
+        consul::txn_op& gone = ops.emplace_back();
+        gone.verb = "delete";
+        gone.key = entry_;
+        if (next_) {
+            bool const as_is = named_ && named_->first == next_->session && named_->priority == next_->priority &&
+                               (!lock_marker || marker_->session == next_->session);
+            if (!as_is) append_naming_ops(ops, key_, marker_at, *next_, lock_marker);
+        } else if (marker_ && (live_ || (named_ && named_->first == target_.session))) {
+            consul::txn_op& op = ops.emplace_back();
+            op.verb = "delete-cas";
+            op.key = marker_->key;
+            op.index = marker_at;
+        }
+        consul::txn_op& seen = ops.emplace_back();
+        seen.verb = "set";
+        seen.key = registry_seen_key(key_);
+        seen.value = std::to_string(random_seed());
+        if (!live_) {
+            // Read back, for the caller to name the next best from.
+            consul::txn_op& tree = ops.emplace_back();
+            tree.verb = "get-tree";
+            tree.key = candidates_prefix(key_);
+        }
+        return ops;
+    }
+
+    transfer_outcome outcome(consul::txn_result r) const {
+        transfer_outcome out;
+        if (r.committed) {
+            for (auto& p : r.results)
+                if (p.key == key_ && p.session == target_.session) out.held = p;
+            // The check-session answer shows the target's entry as it was before
+            // the delete: not part of what the registry is now.
+            if (!live_) {
+                std::erase_if(r.results, [&](consul::kv_pair const& p) { return p.key == key_ || p.key == entry_; });
+                out.after = std::make_unique<registry_view>(parse_registry(key_, r.results, 0));
+            }
+            return out;
+        }
+        std::size_t const unlock_at = guard_ ? 2 : 1;  // the op whose refusal means `holder` lost the key
+        for (auto const& e : r.errors) {
+            if (e.op_index == unlock_at) out.holder_lost = true;
+            if (e.op_index == unlock_at - 1) out.target_gone = true;
+        }
+        return out;
+    }
+
+private:
+    std::string const& key_;
+    std::string const& holder_;
+    std::string const& holder_value_;
+    candidate_info const& target_;
+    std::optional<consul::kv_pair> const& marker_;
+    std::vector<candidate_info> const* live_;
+    consul::txn_op const* guard_;
+    std::string entry_;
+    std::optional<priority_marker> named_;
+    std::optional<candidate_info> next_;
+};
+
+}  // namespace
+
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
                                                std::string const& holder_value, candidate_info const& target,
                                                std::optional<consul::kv_pair> const& marker,
                                                std::vector<candidate_info> const* live,
-                                               std::optional<consul::txn_op> guard) {
-    std::string const entry = candidate_key(key, target.session);
-    std::size_t const unlock_at = guard ? 2 : 1;  // the op whose refusal means `holder` lost the key
-    auto const named = marker ? decode_priority_marker(marker->value) : std::nullopt;
-    std::uint64_t const marker_at = marker ? marker->modify_index : 0;
-    // With the registry as read: who to name next in this transaction.
-    std::optional<candidate_info> next;
-    if (live) {
-        auto const it = std::find_if(live->begin(), live->end(), [&](candidate_info const& ci) {
-            return ci.session != holder && ci.session != target.session;
-        });
-        if (it != live->end()) next = *it;
-    }
-    auto const ops_for = [&](bool lock_marker) {
-        std::vector<consul::txn_op> ops;
-        ops.reserve(10);
-        if (guard) ops.push_back(*guard);
-        consul::txn_op& waits = ops.emplace_back();
-        waits.verb = "check-session";
-        waits.key = entry;
-        waits.session = target.session;
-        consul::txn_op& unlock = ops.emplace_back();
-        unlock.verb = "unlock";
-        unlock.key = key;
-        unlock.value = holder_value;
-        unlock.flags = consul::lock_flag_value;
-        unlock.session = holder;
-        consul::txn_op& lock = ops.emplace_back();
-        lock.verb = "lock";
-        lock.key = key;
-        lock.value = target.value;
-        lock.flags = consul::lock_flag_value;
-        lock.session = target.session;
-        // The target waits no more: its entry goes with the wait it ends.
-        consul::txn_op& gone = ops.emplace_back();
-        gone.verb = "delete";
-        gone.key = entry;
-        auto const unname = [&] {
-            consul::txn_op& op = ops.emplace_back();
-            op.verb = "delete-cas";
-            op.key = marker->key;
-            op.index = marker_at;
-        };
-        if (next) {
-            bool const as_is = named && named->first == next->session && named->priority == next->priority &&
-                               (!lock_marker || marker->session == next->session);
-            if (!as_is) append_naming_ops(ops, key, marker_at, *next, lock_marker);
-        } else if (marker && (live || (named && named->first == target.session))) {
-            unname();
-        }
-        consul::txn_op& seen = ops.emplace_back();
-        seen.verb = "set";
-        seen.key = registry_seen_key(key);
-        seen.value = std::to_string(random_seed());
-        if (!live) {
-            // Read back, for the caller to name the next best from.
-            consul::txn_op& tree = ops.emplace_back();
-            tree.verb = "get-tree";
-            tree.key = candidates_prefix(key);
-        }
-        return ops;
-    };
-    auto ops = ops_for(true);
-    auto r = co_await coro(c).txn(std::move(ops));
-    if (next && refused_for_lock_delay(r)) {
+                                               consul::txn_op const* guard) {
+    handover const h(key, holder, holder_value, target, marker, live, guard);
+    auto r = co_await coro(c).txn(h.ops(true));
+    if (h.names_next() && refused_for_lock_delay(r)) {
         // The marker's lock is in its lock-delay (the session it was locked
         // by was invalidated): the handover goes through with a plain
         // compare-and-set of the marker.
-        auto plain = ops_for(false);
-        r = co_await coro(c).txn(std::move(plain));
+        r = co_await coro(c).txn(h.ops(false));
     }
-    transfer_outcome out;
-    if (r.committed) {
-        for (auto& p : r.results)
-            if (p.key == key && p.session == target.session) out.held = p;
-        // The check-session answer shows the target's entry as it was before
-        // the delete: not part of what the registry is now.
-        if (!live) {
-            std::erase_if(r.results, [&](consul::kv_pair const& p) { return p.key == key || p.key == entry; });
-            out.after = parse_registry(key, r.results, 0);
-        }
-        co_return out;
-    }
-    for (auto const& e : r.errors) {
-        if (e.op_index == unlock_at) out.holder_lost = true;
-        if (e.op_index == unlock_at - 1) out.target_gone = true;
-    }
-    co_return out;
+    co_return h.outcome(std::move(r));
 }
 
 bool needs_naming(registry_view const& after) { return after.marker || !after.live.empty(); }

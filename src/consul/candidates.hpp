@@ -20,6 +20,7 @@
 #include "consul/client_access.hpp"
 #include "core/backend.hpp"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -156,13 +157,16 @@ struct transfer_outcome {
     std::optional<consul::kv_pair> held;  // the key as the target now holds it; nullopt when refused
     bool holder_lost = false;             // the unlock was refused: `holder` no longer holds the key
     bool target_gone = false;             // the check was refused: the target no longer waits
-    registry_view after;                  // without `live`: the registry the handover left
+    // Without `live`, once handed over: the registry the handover left (on
+    // the heap: it would make the frame of every coroutine holding an
+    // outcome past the size malloc serves fast).
+    std::unique_ptr<registry_view> after;
 };
 asio::awaitable<transfer_outcome> transfer_txn(consul::client& c, std::string const& key, std::string const& holder,
                                                std::string const& holder_value, candidate_info const& target,
                                                std::optional<consul::kv_pair> const& marker,
                                                std::vector<candidate_info> const* live,
-                                               std::optional<consul::txn_op> guard = std::nullopt);
+                                               consul::txn_op const* guard = nullptr);
 
 // After a handover without `live` went through: does the marker need naming
 // afresh from what the transaction read back (someone still waits, or a

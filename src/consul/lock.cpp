@@ -124,125 +124,152 @@ asio::awaitable<void> consul_lock_scope::send_release() {
 // PUT ?release=, or for quick_retake a one-op `unlock` transaction (the same
 // rule): its answer carries the key's new ModifyIndex, which lets this
 // session's next acquire of the key skip its first read.
+// Each way of releasing is a coroutine of its own, so that this one's frame
+// (paid for every release) holds none of their locals: a frame past 1 KiB
+// takes malloc's slow path, which at 10 000 releases showed in the profile.
 asio::awaitable<void> consul_lock_scope::send_release_once() {
     if (handoff_on_release && !quick_retake) {
         // Hand the key to the best waiting candidate in one transaction (no
         // race between the followers, no gap); look again if it left meanwhile.
         auto& owner = static_cast<consul_session&>(*session);
-        if (auto const seen = consul_session::take_note(owner.registry_empty_at, key)) {
-            // Nobody registered or left since we saw the registry empty: a
-            // plain unlock, guarded by that, in one round trip.
-            std::uint64_t const seen_index = *seen;
-            consul::txn_op guard;
-            guard.key = registry_seen_key(key);
-            if (seen_index == 0) {
-                guard.verb = "check-not-exists";
-            } else {
-                guard.verb = "check-index";
-                guard.index = seen_index;
-            }
-            consul::txn_op unlock;
-            unlock.verb = "unlock";
-            unlock.key = key;
-            unlock.value = value;
-            unlock.flags = consul::lock_flag_value;
-            unlock.session = session->id;
-            auto ops = txn_ops(std::move(guard), std::move(unlock));
-            auto r = co_await coro(client).txn(std::move(ops));
-            if (r.committed) {
-                // The guard held, so the registry is still empty as of the
-                // same index: the next release needs no read either. Nobody
-                // waited for the key, so this session may take it again with
-                // no read first (the released ModifyIndex as its guard).
-                // (A check-index guard reports `.seen` first: the key's entry is the last.)
-                owner.note_registry_empty(key, seen_index);
-                if (!r.results.empty() && r.results.back().key == key && r.results.back().session.empty())
-                    owner.note_released(key, r.results.back().modify_index);
-                co_return;
-            }
-            for (auto const& e : r.errors)
-                if (e.op_index == 1) co_return;  // not ours to release any more
-        }
+        if (auto const seen = consul_session::take_note(owner.registry_empty_at, key))
+            if (co_await release_if_nobody_waits(*seen)) co_return;
         // A failure to read or hand over falls back to the plain release.
-        if (hub) {
-            std::optional<transfer_outcome> out;
-            try {
-                out = co_await hand_over_from_snapshot();
-            } catch (system_error const& e) {
-                if (is_abort(e)) throw;
-            }
-            if (out && out->held) {
-                name_after_handover(std::move(out->after));
-                co_return;
-            }
-            if (out && out->holder_lost) co_return;  // not ours to release any more
-        }
-        for (int attempt = 0; attempt < 3; ++attempt) {
-            std::optional<transfer_outcome> out;
-            try {
-                auto reg = co_await read_registry(client, key, false);
-                if (!reg.stale.empty()) {
-                    // Entries of ended sessions (behaviour release leaves them
-                    // unlocked): removed in the background, owned by the session.
-                    session->spawn_owned([c = &client, stale = reg.stale]() { return prune_stale(*c, stale); });
-                }
-                auto best = std::find_if(reg.live.begin(), reg.live.end(),
-                                         [&](candidate_info const& c) { return c.session != session->id; });
-                if (best == reg.live.end()) {
-                    owner.note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
-                    break;
-                }
-                transfer_target = best->session;
-                out = co_await transfer_txn(client, key, session->id, value, *best, reg.marker, &reg.live);
-            } catch (system_error const& e) {
-                if (is_abort(e)) throw;
-                break;
-            }
-            if (out->held || out->holder_lost) co_return;  // handed over, or not ours to release any more
-        }
+        if (hub && co_await hand_over_from_snapshot()) co_return;
+        if (co_await hand_over_from_registry()) co_return;
         transfer_target.clear();
     }
     if (!quick_retake) {
         co_await coro(client).kv_release(key, session->id, value, consul::lock_flag_value);
         co_return;
     }
+    co_await unlock_noting_index();
+}
+
+// Nobody registered or left since we saw the registry empty at `seen_index`:
+// a plain unlock, guarded by that, in one round trip.
+asio::awaitable<bool> consul_lock_scope::release_if_nobody_waits(std::uint64_t seen_index) {
+    auto& owner = static_cast<consul_session&>(*session);
+    auto r = co_await coro(client).txn(guarded_unlock_ops(seen_index));
+    if (r.committed) {
+        // The guard held, so the registry is still empty as of the
+        // same index: the next release needs no read either. Nobody
+        // waited for the key, so this session may take it again with
+        // no read first (the released ModifyIndex as its guard).
+        // (A check-index guard reports `.seen` first: the key's entry is the last.)
+        owner.note_registry_empty(key, seen_index);
+        if (!r.results.empty() && r.results.back().key == key && r.results.back().session.empty())
+            owner.note_released(key, r.results.back().modify_index);
+        co_return true;
+    }
+    for (auto const& e : r.errors)
+        if (e.op_index == 1) co_return true;  // not ours to release any more
+    co_return false;
+}
+
+std::vector<consul::txn_op> consul_lock_scope::guarded_unlock_ops(std::uint64_t seen_index) const {
+    consul::txn_op guard;
+    guard.key = registry_seen_key(key);
+    if (seen_index == 0) {
+        guard.verb = "check-not-exists";
+    } else {
+        guard.verb = "check-index";
+        guard.index = seen_index;
+    }
+    consul::txn_op unlock;
+    unlock.verb = "unlock";
+    unlock.key = key;
+    unlock.value = value;
+    unlock.flags = consul::lock_flag_value;
+    unlock.session = session->id;
+    return txn_ops(std::move(guard), std::move(unlock));
+}
+
+// Reads the registry and hands the key to the best candidate other than us;
+// up to three tries when the registry moved meanwhile. True when the key is
+// handed over or is no longer ours; false: release it plainly.
+asio::awaitable<bool> consul_lock_scope::hand_over_from_registry() {
+    auto& owner = static_cast<consul_session&>(*session);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        std::optional<transfer_outcome> out;
+        try {
+            auto reg = co_await read_registry(client, key, false);
+            if (!reg.stale.empty()) {
+                // Entries of ended sessions (behaviour release leaves them
+                // unlocked): removed in the background, owned by the session.
+                session->spawn_owned([c = &client, stale = reg.stale]() { return prune_stale(*c, stale); });
+            }
+            auto best = std::find_if(reg.live.begin(), reg.live.end(),
+                                     [&](candidate_info const& c) { return c.session != session->id; });
+            if (best == reg.live.end()) {
+                owner.note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
+                co_return false;
+            }
+            transfer_target = best->session;
+            out = co_await transfer_txn(client, key, session->id, value, *best, reg.marker, &reg.live);
+        } catch (system_error const& e) {
+            if (is_abort(e)) throw;
+            co_return false;
+        }
+        if (out->held || out->holder_lost) co_return true;  // handed over, or not ours to release any more
+    }
+    co_return false;
+}
+
+// quick_retake: a one-op unlock transaction, whose answer notes the index.
+asio::awaitable<void> consul_lock_scope::unlock_noting_index() {
     consul::txn_op op;
     op.verb = "unlock";
     op.key = key;
     op.value = value;
     op.flags = consul::lock_flag_value;
     op.session = session->id;
-    auto ops = txn_ops(std::move(op));
-    auto r = co_await coro(client).txn(std::move(ops));
+    auto r = co_await coro(client).txn(txn_ops(std::move(op)));
     if (r.committed && r.results.size() == 1 && r.results.front().session.empty())
         static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
 }
 
-asio::awaitable<std::optional<transfer_outcome>> consul_lock_scope::hand_over_from_snapshot() {
+std::optional<consul_lock_scope::snapshot_handover> consul_lock_scope::handover_in_snapshot() const {
     auto const marker = hub->current(priority_marker_key(key));
-    if (!marker || !marker->pair) co_return std::nullopt;
+    if (!marker || !marker->pair) return std::nullopt;
     auto const named = decode_priority_marker(marker->pair->value);
-    if (!named || named->first.empty() || named->first == session->id) co_return std::nullopt;
+    if (!named || named->first.empty() || named->first == session->id) return std::nullopt;
     auto const entry = hub->current(candidate_key(key, named->first));
     if (!entry || !entry->pair || entry->pair->session != named->first || entry->pair->flags != candidate_flag_value)
-        co_return std::nullopt;
-    auto const target = candidate_from_entry(*entry->pair, named->first);
+        return std::nullopt;
+    auto target = candidate_from_entry(*entry->pair, named->first);
     auto const seen = hub->current(registry_seen_key(key));
-    if (!target || !seen) co_return std::nullopt;
+    if (!target || !seen) return std::nullopt;
     // Nobody registered or left since the snapshot (every registration and
     // removal moves `.seen`), so the marker's candidate is still the best.
-    consul::txn_op guard;
-    guard.key = registry_seen_key(key);
+    snapshot_handover h{std::move(*target), std::move(marker->pair), {}};
+    h.guard.key = registry_seen_key(key);
     if (seen->pair) {
-        guard.verb = "check-index";
-        guard.index = seen->pair->modify_index;
+        h.guard.verb = "check-index";
+        h.guard.index = seen->pair->modify_index;
     } else {
-        guard.verb = "check-not-exists";
+        h.guard.verb = "check-not-exists";
     }
-    transfer_target = target->session;
-    auto out = co_await transfer_txn(client, key, session->id, value, *target, marker->pair, nullptr, std::move(guard));
-    if (!out.held) transfer_target.clear();
-    co_return out;
+    return h;
+}
+
+asio::awaitable<bool> consul_lock_scope::hand_over_from_snapshot() {
+    auto h = handover_in_snapshot();
+    if (!h) co_return false;
+    transfer_target = h->target.session;
+    try {
+        auto out = co_await transfer_txn(client, key, session->id, value, h->target, h->marker, nullptr, &h->guard);
+        if (out.held) {
+            if (out.after) name_after_handover(std::move(*out.after));
+            co_return true;
+        }
+        transfer_target.clear();
+        co_return out.holder_lost;  // not ours to release any more
+    } catch (system_error const& e) {
+        if (is_abort(e)) throw;
+    }
+    transfer_target.clear();
+    co_return false;
 }
 
 void consul_lock_scope::name_after_handover(registry_view after) {
@@ -317,6 +344,30 @@ struct lock_attempt {
     bool guard_failed = false;             // not committed because ops[0], a guard, did not hold
 };
 
+// What the lock transaction's answer (nullopt: it failed) says.
+lock_attempt attempt_of(std::optional<consul::txn_result> t, std::string const& lock_key, bool guarded,
+                        std::string const& session) {
+    lock_attempt a;
+    if (!t) return a;
+    a.outcome = classify(*t);
+    if (a.outcome == lock_outcome::acquired) {
+        // The lock op's result: the last one of the key (a guard on the
+        // key itself comes before it; reads of other keys may follow).
+        auto const held = std::find_if(t->results.rbegin(), t->results.rend(),
+                                       [&](consul::kv_pair const& p) { return p.key == lock_key; });
+        if (held == t->results.rend() || held->session != session) {
+            a.outcome = lock_outcome::failed;  // an odd answer
+        } else {
+            a.held = *held;
+            a.results = std::move(t->results);
+        }
+    } else if (guarded) {
+        a.guard_failed = std::any_of(t->errors.begin(), t->errors.end(),
+                                     [](consul::txn_error const& e) { return e.op_index == 0; });
+    }
+    return a;
+}
+
 asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consul::txn_op> ops,
                                        std::string const& session) {
     auto ex = co_await asio::this_coro::executor;
@@ -331,25 +382,7 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
     } catch (system_error const& ex) {
         if (is_abort(ex)) throw;
     }
-    lock_attempt a;
-    if (t) {
-        a.outcome = classify(*t);
-        if (a.outcome == lock_outcome::acquired) {
-            // The lock op's result: the last one of the key (a guard on the
-            // key itself comes before it; reads of other keys may follow).
-            auto const held = std::find_if(t->results.rbegin(), t->results.rend(),
-                                           [&](consul::kv_pair const& p) { return p.key == lock_key; });
-            if (held == t->results.rend() || held->session != session) {
-                a.outcome = lock_outcome::failed;  // an odd answer
-            } else {
-                a.held = *held;
-                a.results = std::move(t->results);
-            }
-        } else if (guarded) {
-            a.guard_failed = std::any_of(t->errors.begin(), t->errors.end(),
-                                         [](consul::txn_error const& e) { return e.op_index == 0; });
-        }
-    }
+    lock_attempt a = attempt_of(std::move(t), lock_key, guarded, session);
     auto const cancelled = (co_await asio::this_coro::cancellation_state).cancelled();
     if (cancelled == asio::cancellation_type::none) co_return a;
     if (a.held) {
@@ -583,6 +616,232 @@ asio::awaitable<std::vector<candidate_info>> consul_session::read_candidates(std
     co_return std::move(reg.live);
 }
 
+namespace {
+
+// The key, taken if nobody touched it since this session released it at
+// ModifyIndex `at` (check-index): no read first.
+asio::awaitable<std::optional<consul::kv_pair>> retake(consul::client& client, consul::txn_op const& lock_op,
+                                                       std::string const& id, std::uint64_t at) {
+    consul::txn_op check;
+    check.verb = "check-index";
+    check.key = lock_op.key;
+    check.index = at;
+    auto a = co_await try_lock(client, txn_ops(std::move(check), lock_op), id);
+    co_return std::move(a.held);
+}
+
+// A candidate that waits registers beside the key (candidates.hpp), in one
+// transaction, and names itself in the marker when it ranks first. (Its own
+// coroutine: acquire_with's frame, paid by every acquire, holds none of this.)
+asio::awaitable<void> register_waiting(consul_session& s, candidate_registration& reg, std::string const& value,
+                                       kv_watch_hub* hub, int priority) {
+    std::string const& key = reg.key;
+    // Waiting: register beside the key (candidates.hpp).
+    consul::txn_op entry;
+    entry.verb = "lock";
+    entry.key = candidate_key(key, s.id);
+    entry.value = encode_candidate(s.options.name, value, priority, next_spread_seed());
+    entry.flags = candidate_flag_value;
+    entry.session = s.id;
+    consul::txn_op seen;
+    seen.verb = "set";
+    seen.key = registry_seen_key(key);
+    seen.value = std::to_string(next_spread_seed());
+    std::string const mk = priority_marker_key(key);
+    candidate_info me{s.id, s.options.name, value, priority, 0};
+    // A hub's snapshot that shows no marker: name ourselves in
+    // the same transaction (check-not-exists + lock), one request
+    // for both; a marker written since fails it, and the
+    // registration goes again the usual way. Else the same
+    // transaction reads the marker back: a get-tree of its own
+    // key, which (unlike Consul's `get`) does not fail the
+    // transaction when there is no marker.
+    auto const snapshot = hub ? hub->current(mk) : std::nullopt;
+    bool named_in_txn = snapshot && !snapshot->pair;
+    reg.active = true;
+    std::optional<consul::txn_result> t;
+    for (;;) {
+        std::vector<consul::txn_op> ops;
+        ops.reserve(4);
+        ops.push_back(entry);
+        if (named_in_txn) {
+            append_naming_ops(ops, key, 0, me, true);
+        } else {
+            consul::txn_op& marker = ops.emplace_back();
+            marker.verb = "get-tree";
+            marker.key = mk;
+        }
+        ops.push_back(seen);
+        t.reset();
+        try {
+            t = co_await coro(s.client).txn(std::move(ops));
+        } catch (system_error const& ex) {
+            if (is_abort(ex)) throw;
+        }
+        if (!named_in_txn || (t && t->committed) || !t) break;
+        named_in_txn = false;
+    }
+    bool const registered =
+        t && t->committed && !t->results.empty() && t->results.front().key == candidate_key(key, s.id);
+    if (registered) {
+        reg.since = t->results.front().create_index;
+        reg.modify_index = t->results.front().modify_index;
+    }
+    if (registered && !named_in_txn) {
+        me.since = reg.since;
+        // Ranked before the best candidate the marker names (or none
+        // named): name ourselves, the marker locked by our session
+        // (append_naming_ops; a lost race is looked at again).
+        auto const m = std::find_if(t->results.begin(), t->results.end(),
+                                    [&](consul::kv_pair const& p) { return p.key == mk; });
+        std::optional<priority_marker> known;
+        std::uint64_t at = 0;
+        if (m != t->results.end()) {
+            known = decode_priority_marker(m->value);
+            at = m->modify_index;
+        }
+        bool locked = true;
+        for (int attempt = 0; attempt < 3 && takes_marker(known, priority); ++attempt) {
+            try {
+                std::vector<consul::txn_op> mops;
+                append_naming_ops(mops, key, at, me, locked);
+                auto named = co_await coro(s.client).txn(std::move(mops));
+                if (named.committed) break;
+                if (refused_for_lock_delay(named)) {
+                    locked = false;  // see append_naming_ops
+                    continue;
+                }
+                std::string marker_key = mk;  // named: see read_registry
+                auto again = co_await coro(s.client).kv_get(std::move(marker_key), consistent_read());
+                known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
+                at = again.value ? again.value->modify_index : 0;
+            } catch (system_error const& ex) {
+                if (is_abort(ex)) throw;
+                break;
+            }
+        }
+    }
+}
+
+// Reads the marker, for a candidate that is not named in it (or cannot tell
+// from the snapshot): who it names, and whether that one still waits.
+struct ranking {
+    std::optional<priority_marker> top;  // what the marker says
+    std::string defer_to;                // the live candidate named, ranked before us
+    std::uint64_t defer_index = 0;       // of the read that showed it waiting
+    bool read_all = false;               // nobody live named, and someone may rank before us
+};
+asio::awaitable<void> read_ranking(consul_session& s, std::string const& key, int priority, ranking& out) {
+    try {
+        std::string mk = priority_marker_key(key);
+        auto m = co_await coro(s.client).kv_get(std::move(mk), consistent_read());
+        if (m.value) out.top = decode_priority_marker(m.value->value);
+        if (out.top && out.top->first != s.id && out.top->priority >= priority) {
+            std::optional<std::uint64_t> named_waits;
+            if (!out.top->first.empty()) named_waits = co_await waits_as_candidate(s.client, key, out.top->first);
+            if (named_waits) {
+                out.defer_to = out.top->first;
+                out.defer_index = *named_waits;
+            } else {
+                out.read_all = true;
+            }
+        }
+    } catch (system_error const& ex) {
+        if (is_abort(ex)) throw;
+    }
+}
+
+// The guard the hub's snapshot of the marker gives this candidate's lock:
+// a check that the marker names us (`rk.top` then says so). Without a
+// snapshot, the same guard sent without knowing (`speculative`).
+std::optional<consul::txn_op> guard_from_snapshot(kv_watch_hub* hub, std::string const& key, std::string const& id,
+                                                  int priority, ranking& rk, bool& speculative) {
+    std::string mk = priority_marker_key(key);
+    auto const s = hub ? hub->current(mk) : std::nullopt;
+    std::optional<consul::txn_op> guard;
+    if (!s) {
+        speculative = true;
+        return named_in_marker(key, id);
+    }
+    if (!s->pair) return guard;
+    auto m = decode_priority_marker(s->pair->value);
+    if (s->pair->session == id) {
+        guard = named_in_marker(key, id);
+    } else if (s->pair->session.empty() && m && m->first == id) {
+        // Named with a plain compare-and-set: guarded by its index.
+        guard.emplace();
+        guard->verb = "check-index";
+        guard->key = std::move(mk);
+        guard->index = s->pair->modify_index;
+    }
+    if (guard) rk.top = priority_marker{priority, id};
+    return guard;
+}
+
+// A candidate ranked after another defers until `deadline` (the old holder's
+// lock-delay plus the grace): a stuck candidate (SIGKILLed, its session alive
+// for up to 2 x TTL) delays the others by the grace, not by its TTL.
+struct deferral {
+    bool named_left = false;        // the one named stopped waiting: look at the key again
+    std::optional<key_view> taken;  // the key, held again, as the registry's read saw it
+};
+asio::awaitable<deferral> defer(consul_session& s, candidate_registration& reg, std::string const& value,
+                                int priority, std::string const& defer_to, std::uint64_t defer_index,
+                                clock::time_point deadline) {
+    std::string const& key = reg.key;
+    auto const left = [&] { return std::max<clock::duration>(deadline - clock::now(), 1ms); };
+    deferral out;
+    if (!defer_to.empty()) {
+        // The one named goes. Wait until it stops waiting: its entry
+        // goes once it holds the key (after its acquire resolved, so
+        // the many deferring do not wake in the way of its answer),
+        // or with its session. Then look at the key again.
+        while (clock::now() < deadline) {
+            std::optional<std::uint64_t> still;
+            try {
+                still = co_await waits_as_candidate(s.client, key, defer_to, defer_index, left());
+            } catch (system_error const& ex) {
+                if (is_abort(ex)) throw;
+                break;
+            }
+            if (!still) {
+                out.named_left = true;
+                break;
+            }
+            defer_index = consul::next_wait_index(defer_index, *still);
+        }
+        co_return out;
+    }
+    // The marker names nobody live: find the best from the
+    // registry, woken by any change of the key or the registry.
+    // The winner names the next best (name_next), so this costs
+    // each waiter a registry read only after such a gap.
+    reg.name_next = true;
+    candidate_info const me{s.id, s.options.name, value, priority, reg.since};
+    std::uint64_t rindex = 0;
+    for (;;) {
+        std::optional<registry_view> v;
+        try {
+            v = co_await read_registry(s.client, key, true, rindex, left());
+        } catch (system_error const& ex) {
+            if (is_abort(ex)) throw;
+        }
+        if (!v) break;
+        if (v->lock && !v->lock->session.empty()) {
+            out.taken = key_view{std::move(v->lock), v->index};
+            break;
+        }
+        if (!v->stale.empty()) co_await prune_stale(s.client, v->stale);
+        auto best = std::find_if(v->live.begin(), v->live.end(),
+                                 [&](candidate_info const& c) { return c.session != s.id; });
+        if (best == v->live.end() || !ranks_before(*best, me) || clock::now() >= deadline) break;
+        rindex = consul::next_wait_index(rindex, v->index);
+    }
+    co_return out;
+}
+
+}  // namespace
+
 asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
                                                                             bool once,
                                                                             std::shared_ptr<kv_watch_hub> hub,
@@ -636,15 +895,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     // The release notes the index only when nobody waited for the key (its
     // guarded unlock, with handoff_on_release), or with quick_retake, which
     // opts into beating the followers a release woke (no rotation).
-    if (auto const at = take_note(released_at, key)) {
-        consul::txn_op check;
-        check.verb = "check-index";
-        check.key = key;
-        check.index = *at;
-        auto ops = txn_ops(std::move(check), lock_op);
-        auto const a = co_await try_lock(client, std::move(ops), id);
-        if (a.held) co_return acquired(*a.held);
-    }
+    if (auto const at = take_note(released_at, key))
+        if (auto held = co_await retake(client, lock_op, id, *at)) co_return acquired(*held);
 
     std::optional<key_view> seen_taken;  // the key as a deferral (or a refused try) saw it: no read needed
     bool read_marker = false;  // the marker failed as a guard, or told nothing: read it
@@ -689,93 +941,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
 
         if (pair && !pair->session.empty() && pair->session != id) {
             free_since.reset();
-            if (!once && !reg.active) {
-                // Waiting: register beside the key (candidates.hpp).
-                consul::txn_op entry;
-                entry.verb = "lock";
-                entry.key = candidate_key(key, id);
-                entry.value = encode_candidate(options.name, value, eopts.priority, next_spread_seed());
-                entry.flags = candidate_flag_value;
-                entry.session = id;
-                consul::txn_op seen;
-                seen.verb = "set";
-                seen.key = registry_seen_key(key);
-                seen.value = std::to_string(next_spread_seed());
-                std::string const mk = priority_marker_key(key);
-                candidate_info me{id, options.name, value, eopts.priority, 0};
-                // A hub's snapshot that shows no marker: name ourselves in
-                // the same transaction (check-not-exists + lock), one request
-                // for both; a marker written since fails it, and the
-                // registration goes again the usual way. Else the same
-                // transaction reads the marker back: a get-tree of its own
-                // key, which (unlike Consul's `get`) does not fail the
-                // transaction when there is no marker.
-                auto const snapshot = hub ? hub->current(mk) : std::nullopt;
-                bool named_in_txn = snapshot && !snapshot->pair;
-                reg.active = true;
-                std::optional<consul::txn_result> t;
-                for (;;) {
-                    std::vector<consul::txn_op> ops;
-                    ops.reserve(4);
-                    ops.push_back(entry);
-                    if (named_in_txn) {
-                        append_naming_ops(ops, key, 0, me, true);
-                    } else {
-                        consul::txn_op& marker = ops.emplace_back();
-                        marker.verb = "get-tree";
-                        marker.key = mk;
-                    }
-                    ops.push_back(seen);
-                    t.reset();
-                    try {
-                        t = co_await coro(client).txn(std::move(ops));
-                    } catch (system_error const& ex) {
-                        if (is_abort(ex)) throw;
-                    }
-                    if (!named_in_txn || (t && t->committed) || !t) break;
-                    named_in_txn = false;
-                }
-                bool const registered =
-                    t && t->committed && !t->results.empty() && t->results.front().key == candidate_key(key, id);
-                if (registered) {
-                    reg.since = t->results.front().create_index;
-                    reg.modify_index = t->results.front().modify_index;
-                }
-                if (registered && !named_in_txn) {
-                    me.since = reg.since;
-                    // Ranked before the best candidate the marker names (or none
-                    // named): name ourselves, the marker locked by our session
-                    // (append_naming_ops; a lost race is looked at again).
-                    auto const m = std::find_if(t->results.begin(), t->results.end(),
-                                                [&](consul::kv_pair const& p) { return p.key == mk; });
-                    std::optional<priority_marker> known;
-                    std::uint64_t at = 0;
-                    if (m != t->results.end()) {
-                        known = decode_priority_marker(m->value);
-                        at = m->modify_index;
-                    }
-                    bool locked = true;
-                    for (int attempt = 0; attempt < 3 && takes_marker(known, eopts.priority); ++attempt) {
-                        try {
-                            std::vector<consul::txn_op> mops;
-                            append_naming_ops(mops, key, at, me, locked);
-                            auto named = co_await coro(client).txn(std::move(mops));
-                            if (named.committed) break;
-                            if (refused_for_lock_delay(named)) {
-                                locked = false;  // see append_naming_ops
-                                continue;
-                            }
-                            std::string marker_key = mk;  // named: see read_registry
-                            auto again = co_await coro(client).kv_get(std::move(marker_key), consistent_read());
-                            known = again.value ? decode_priority_marker(again.value->value) : std::nullopt;
-                            at = again.value ? again.value->modify_index : 0;
-                        } catch (system_error const& ex) {
-                            if (is_abort(ex)) throw;
-                            break;
-                        }
-                    }
-                }
-            }
+            if (!once && !reg.active) co_await register_waiting(*self, reg, value, hub.get(), eopts.priority);
             // Held by another candidate: learn its LockDelay once, then block.
             if (pair->session != last_holder) {
                 last_holder = pair->session;
@@ -811,52 +977,14 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         // through, and the others read the marker (one small read, and one
         // more to see that the one named still waits). A hub's snapshot shows
         // who the marker names, and only that one tries.
-        std::optional<priority_marker> top;
+        ranking rk;  // who the marker names
         std::optional<consul::txn_op> marker_guard;
         bool speculative = false;  // guarded by the marker without knowing whether it names us
-        std::string defer_to;    // the live candidate named, ranked before us
-        std::uint64_t defer_index = 0;  // of the read that showed it waiting
-        bool read_all = false;   // nobody live named, and someone may rank before us
-        if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false)) {
-            std::string mk = priority_marker_key(key);
-            auto const s = hub ? hub->current(mk) : std::nullopt;
-            if (!s) {
-                speculative = true;
-                marker_guard = named_in_marker(key, id);
-            } else if (s->pair) {
-                auto m = decode_priority_marker(s->pair->value);
-                if (s->pair->session == id) {
-                    marker_guard = named_in_marker(key, id);
-                } else if (s->pair->session.empty() && m && m->first == id) {
-                    // Named with a plain compare-and-set: guarded by its index.
-                    marker_guard.emplace();
-                    marker_guard->verb = "check-index";
-                    marker_guard->key = std::move(mk);
-                    marker_guard->index = s->pair->modify_index;
-                }
-                if (marker_guard) top = priority_marker{eopts.priority, id};
-            }
-        }
-        if (reg.active && !once && grace > clock::duration::zero() && !marker_guard) {
-            try {
-                std::string mk = priority_marker_key(key);
-                auto m = co_await coro(client).kv_get(std::move(mk), consistent_read());
-                if (m.value) top = decode_priority_marker(m.value->value);
-                if (top && top->first != id && top->priority >= eopts.priority) {
-                    std::optional<std::uint64_t> named_waits;
-                    if (!top->first.empty()) named_waits = co_await waits_as_candidate(client, key, top->first);
-                    if (named_waits) {
-                        defer_to = top->first;
-                        defer_index = *named_waits;
-                    } else {
-                        read_all = true;
-                    }
-                }
-            } catch (system_error const& ex) {
-                if (is_abort(ex)) throw;
-            }
-        }
-        bool const named = top && top->first == id;
+        if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false))
+            marker_guard = guard_from_snapshot(hub.get(), key, id, eopts.priority, rk, speculative);
+        if (reg.active && !once && grace > clock::duration::zero() && !marker_guard)
+            co_await read_ranking(*self, key, eopts.priority, rk);
+        bool const named = rk.top && rk.top->first == id;
         if (freed_at && speculative) {
             // Whether we are named decides the spread: settled by the try,
             // or by the marker's read after it.
@@ -869,72 +997,22 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                                    next_spread_seed());
             backoff.freed(*freed_at, holder_delay);
         }
-        if (!defer_to.empty() || read_all) {
+        if (!rk.defer_to.empty() || rk.read_all) {
             // We defer for the grace (after the old holder's lock-delay), then
             // try: a stuck candidate (SIGKILLed, its session alive for up to
             // 2 x TTL) delays the others by the grace, not by its TTL.
             if (!free_since) free_since = clock::now();
-            auto const deadline = *free_since + holder_delay + grace;
-            auto const left = [&] { return std::max<clock::duration>(deadline - clock::now(), 1ms); };
-            std::optional<consul::kv_pair> taken;
-            std::uint64_t taken_at = 0;
-            if (!defer_to.empty()) {
-                // The one named goes. Wait until it stops waiting: its entry
-                // goes once it holds the key (after its acquire resolved, so
-                // the many deferring do not wake in the way of its answer),
-                // or with its session. Then look at the key again.
-                bool named_left = false;
-                while (clock::now() < deadline) {
-                    std::optional<std::uint64_t> still;
-                    try {
-                        still = co_await waits_as_candidate(client, key, defer_to, defer_index, left());
-                    } catch (system_error const& ex) {
-                        if (is_abort(ex)) throw;
-                        break;
-                    }
-                    if (!still) {
-                        named_left = true;
-                        break;
-                    }
-                    defer_index = consul::next_wait_index(defer_index, *still);
-                }
-                if (named_left) {
-                    index = 0;
-                    known.reset();
-                    continue;
-                }
-            } else {
-                // The marker names nobody live: find the best from the
-                // registry, woken by any change of the key or the registry.
-                // The winner names the next best (name_next), so this costs
-                // each waiter a registry read only after such a gap.
-                reg.name_next = true;
-                candidate_info const me{id, options.name, value, eopts.priority, reg.since};
-                std::uint64_t rindex = 0;
-                for (;;) {
-                    std::optional<registry_view> v;
-                    try {
-                        v = co_await read_registry(client, key, true, rindex, left());
-                    } catch (system_error const& ex) {
-                        if (is_abort(ex)) throw;
-                    }
-                    if (!v) break;
-                    if (v->lock && !v->lock->session.empty()) {
-                        taken = std::move(v->lock);
-                        taken_at = v->index;
-                        break;
-                    }
-                    if (!v->stale.empty()) co_await prune_stale(client, v->stale);
-                    auto best = std::find_if(v->live.begin(), v->live.end(),
-                                             [&](candidate_info const& c) { return c.session != id; });
-                    if (best == v->live.end() || !ranks_before(*best, me) || clock::now() >= deadline) break;
-                    rindex = consul::next_wait_index(rindex, v->index);
-                }
+            auto d = co_await defer(*self, reg, value, eopts.priority, rk.defer_to, rk.defer_index,
+                                    *free_since + holder_delay + grace);
+            if (d.named_left) {
+                index = 0;
+                known.reset();
+                continue;
             }
-            if (taken) {
-                if (taken->session == id) co_return acquired(*taken);
+            if (d.taken) {
+                if (d.taken->pair->session == id) co_return acquired(*d.taken->pair);
                 // Held again: back to waiting on it, from what we saw.
-                seen_taken = key_view{std::move(taken), taken_at};
+                seen_taken = std::move(d.taken);
                 continue;
             }
         }

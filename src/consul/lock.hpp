@@ -71,10 +71,22 @@ struct consul_lock_scope final : scope_state {
 
 private:
     asio::awaitable<void> send_release_once();
+    // The ways of releasing send_release_once tries, in order. True: done
+    // (released, handed over, or the key was no longer ours).
+    asio::awaitable<bool> release_if_nobody_waits(std::uint64_t seen_index);
+    std::vector<consul::txn_op> guarded_unlock_ops(std::uint64_t seen_index) const;
     // The handover the hub's snapshot shows (the marker's candidate, still
     // waiting), guarded by `.seen` as that snapshot has it: no registry read.
-    // The transaction's outcome; nullopt when the snapshot does not show one.
-    asio::awaitable<std::optional<transfer_outcome>> hand_over_from_snapshot();
+    // False when the snapshot shows none, or it was refused.
+    asio::awaitable<bool> hand_over_from_snapshot();
+    struct snapshot_handover {
+        candidate_info target;
+        std::optional<consul::kv_pair> marker;
+        consul::txn_op guard;
+    };
+    std::optional<snapshot_handover> handover_in_snapshot() const;
+    asio::awaitable<bool> hand_over_from_registry();
+    asio::awaitable<void> unlock_noting_index();
     // After a handover from the snapshot went through: name the next best
     // from what its transaction read back (in the background, owned by the
     // session).
