@@ -176,13 +176,18 @@ std::vector<consul::txn_op> consul_lock_scope::guarded_unlock_ops(std::uint64_t 
         guard.verb = "check-index";
         guard.index = seen_index;
     }
-    consul::txn_op unlock;
-    unlock.verb = "unlock";
-    unlock.key = key;
-    unlock.value = value;
-    unlock.flags = consul::lock_flag_value;
-    unlock.session = session->id;
-    return txn_ops(std::move(guard), std::move(unlock));
+    return txn_ops(std::move(guard), unlock_op());
+}
+
+// The `unlock` op of this scope's key, by its session.
+consul::txn_op consul_lock_scope::unlock_op() const {
+    consul::txn_op op;
+    op.verb = "unlock";
+    op.key = key;
+    op.value = value;
+    op.flags = consul::lock_flag_value;
+    op.session = session->id;
+    return op;
 }
 
 // Reads the registry and hands the key to the best candidate other than us;
@@ -218,13 +223,7 @@ asio::awaitable<bool> consul_lock_scope::hand_over_from_registry() {
 
 // quick_retake: a one-op unlock transaction, whose answer notes the index.
 asio::awaitable<void> consul_lock_scope::unlock_noting_index() {
-    consul::txn_op op;
-    op.verb = "unlock";
-    op.key = key;
-    op.value = value;
-    op.flags = consul::lock_flag_value;
-    op.session = session->id;
-    auto r = co_await coro(client).txn(txn_ops(std::move(op)));
+    auto r = co_await coro(client).txn(txn_ops(unlock_op()));
     if (r.committed && r.results.size() == 1 && r.results.front().session.empty())
         static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
 }

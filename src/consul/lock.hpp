@@ -75,6 +75,7 @@ private:
     // (released, handed over, or the key was no longer ours).
     asio::awaitable<bool> release_if_nobody_waits(std::uint64_t seen_index);
     std::vector<consul::txn_op> guarded_unlock_ops(std::uint64_t seen_index) const;
+    consul::txn_op unlock_op() const;
     // The handover the hub's snapshot shows (the marker's candidate, still
     // waiting), guarded by `.seen` as that snapshot has it: no registry read.
     // False when the snapshot shows none, or it was refused.
