@@ -408,7 +408,7 @@ asio::awaitable<read_result<std::optional<kv_pair>>> client::coroutines::kv_get(
 }
 
 asio::awaitable<read_result<std::vector<kv_pair>>> client::coroutines::kv_list(
-    std::string prefix, read_options opts) const {
+    std::string prefix, read_options opts, detail::kv_list_skip skip) const {
     auto const self = state;
     query_string q;
     q.flag("recurse");
@@ -423,7 +423,8 @@ asio::awaitable<read_result<std::vector<kv_pair>>> client::coroutines::kv_list(
         // the watch hub's snapshot, is ten nodes a key).
         unsigned char scratch[4096];
         json::monotonic_resource mr(scratch, sizeof scratch);
-        return read_result<std::vector<kv_pair>>{decode_kv_list(parse_json(r.body, &mr)), decode_meta(r.headers)};
+        return read_result<std::vector<kv_pair>>{decode_kv_list(parse_json(r.body, &mr), skip),
+                                                 decode_meta(r.headers)};
     });
 }
 

@@ -82,6 +82,20 @@ std::vector<kv_pair> decode_kv_list(json::value const& v) {
     return out;
 }
 
+std::vector<kv_pair> decode_kv_list(json::value const& v, kv_list_skip const& skip) {
+    if (!skip) return decode_kv_list(v);
+    std::vector<kv_pair> out;
+    if (v.is_null()) return out;
+    for (auto const& e : as_array(v, "KV list")) {
+        auto const& o = as_object(e, "KV entry");
+        auto const* key = o.if_contains("Key");
+        auto const* k = key ? key->if_string() : nullptr;
+        if (k && skip(std::string_view(k->data(), k->size()), get_u64(o, "ModifyIndex"))) continue;
+        out.push_back(decode_kv(e));
+    }
+    return out;
+}
+
 session_behavior decode_behavior(std::string_view b) {
     if (b.empty() || b == "release") return session_behavior::release;
     if (b == "delete") return session_behavior::delete_keys;

@@ -122,7 +122,14 @@ void kv_watch_hub::ensure_running() {
                    asio::bind_cancellation_slot(stop_->slot(), asio::detached));
 }
 
-void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index) {
+bool kv_watch_hub::holds(std::string_view key, std::uint64_t modify_index, std::uint64_t stamp) {
+    auto it = keys_.find(key);
+    if (it == keys_.end() || it->second.pair.modify_index != modify_index) return false;
+    it->second.seen = stamp;
+    return true;
+}
+
+void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index, std::uint64_t stamp) {
     bool const first = !have_snapshot_;
     ++snapshots_;
     // Keys whose state moved since the last snapshot: written (or new), and
@@ -137,10 +144,12 @@ void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index
             if (!first) written.push_back(&it->first);
             e.pair = std::move(p);
         }
-        e.seen = snapshots_;
+        e.seen = stamp;
     }
+    // Every key of the answer is stamped now, left out by holds() or applied
+    // above: the rest are gone.
     for (auto it = keys_.begin(); it != keys_.end();) {
-        if (it->second.seen == snapshots_) {
+        if (it->second.seen == stamp) {
             ++it;
             continue;
         }
@@ -194,6 +203,8 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         consul::client* client = nullptr;
         std::string prefix;
         consul::read_options ro;
+        std::uint64_t stamp = 0;
+        consul::detail::kv_list_skip skip;
         {
             auto hub = weak.lock();
             if (!hub) co_return;
@@ -208,10 +219,20 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
                 ro.index = hub->query_index_;
                 ro.wait = hub_wait;
             }
+            // Each read has its own stamp, so that a read that failed halfway
+            // through decoding leaves no stamp a later one could mistake for its own.
+            stamp = ++hub->reads_;
+            // Most of a big prefix is as the last snapshot had it: those
+            // entries are recognised by key and ModifyIndex and not decoded.
+            if (hub->have_snapshot_)
+                skip = [weak, stamp](std::string_view key, std::uint64_t modify_index) {
+                    auto hub = weak.lock();
+                    return hub && hub->holds(key, modify_index, stamp);
+                };
         }
         std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
         try {
-            r = co_await coro(*client).kv_list(prefix, ro);
+            r = co_await coro(*client).kv_list(prefix, ro, std::move(skip));
         } catch (boost::system::system_error const& e) {
             if (e.code() == asio::error::operation_aborted) {
                 // The hub was dropped, or the client closed.
@@ -232,7 +253,7 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         retry = std::chrono::milliseconds{20};
         hub->query_index_ = consul::next_wait_index(hub->query_index_, r->meta.index);
         auto const applied_from = tenure::detail::clock::now();
-        hub->apply(std::move(r->value), r->meta.index);
+        hub->apply(std::move(r->value), r->meta.index, stamp);
         // A big prefix that changes all the time (10 000 elections taking
         // their keys) would otherwise be fetched and parsed back to back, on
         // the thread the elections share. Pausing for twice the work the last

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace tenure::detail {
@@ -82,10 +83,16 @@ private:
         tenure::detail::timer* wake = nullptr;
         std::optional<short_of_index::iterator> pending;
     };
-    // A key of the snapshot, stamped with the last snapshot that had it.
+    // A key of the snapshot, stamped with the last read that had it.
     struct entry {
         consul::kv_pair pair;
         std::uint64_t seen = 0;
+    };
+    // Keys looked up by the string_view of the answer being decoded, without
+    // a std::string made per entry.
+    struct key_hash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
     };
 
     bool answers(waiter const& w) const;
@@ -98,7 +105,11 @@ private:
     // election lets go of the hub, ~kv_watch_hub cancels the parked query.
     static boost::asio::awaitable<void> run(std::weak_ptr<kv_watch_hub> weak,
                                             std::shared_ptr<boost::asio::cancellation_signal> stop);
-    void apply(std::vector<consul::kv_pair> pairs, std::uint64_t index);
+    // While a read is decoded: whether `key` is held at `modify_index` already
+    // (then it is stamped as seen by read `stamp` and left undecoded).
+    bool holds(std::string_view key, std::uint64_t modify_index, std::uint64_t stamp);
+    // `pairs`: the keys of read `stamp` that holds() did not skip.
+    void apply(std::vector<consul::kv_pair> pairs, std::uint64_t index, std::uint64_t stamp);
     void forget_snapshot();
 
     consul::client& client_;
@@ -107,7 +118,8 @@ private:
     std::uint64_t index_ = 0;
     // Updated in place: a snapshot's unchanged keys cost a lookup each, not
     // a copy.
-    std::unordered_map<std::string, entry> keys_;
+    std::unordered_map<std::string, entry, key_hash, std::equal_to<>> keys_;
+    std::uint64_t reads_ = 0;  // the stamp of the latest read
     // Waiters by key; each list node stays put while its coroutine waits.
     std::unordered_map<std::string, waiter_list> waiting_;
     short_of_index short_of_index_;

@@ -132,6 +132,14 @@ BOOST_AUTO_TEST_CASE(fan_out_wakes_only_the_changed_keys_waiters) {
         UNTIL(woken[2] == 5);
         BOOST_CHECK_EQUAL(woken_index[2], 0u);
         BOOST_CHECK_EQUAL(woken[0] + woken[3], 0);
+        // Later snapshots leave the keys they did not change undecoded: the
+        // hub still holds them whole, and nothing of a deleted key.
+        auto const kept = hub->current("fan/k5");
+        BOOST_REQUIRE(kept && kept->pair);
+        BOOST_CHECK_EQUAL(kept->pair->value.value_or(""), "v0");
+        BOOST_CHECK_EQUAL(kept->pair->modify_index, (co_await c->kv_get("fan/k5")).value->modify_index);
+        BOOST_CHECK_EQUAL(hub->current("fan/k1")->pair->value.value_or(""), "v1");
+        BOOST_CHECK(!hub->current("fan/k2")->pair);
 
         // One blocking query served them all: the client never needed more
         // than the hub's connection and one for the writes.

@@ -41,6 +41,26 @@ BOOST_AUTO_TEST_CASE(a_null_value_is_no_value_and_missing_fields_read_empty) {
     BOOST_TEST(cd::decode_kv_list(json::value(nullptr)).empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_list_leaves_out_the_entries_its_reader_already_holds) {
+    auto const v = json::parse(R"([{"Key":"p/a","Value":"YQ==","ModifyIndex":5},
+        {"Key":"p/b","Value":"Yg==","ModifyIndex":6},{"Key":"p/c","Value":null,"ModifyIndex":7}])");
+    std::vector<std::string> asked;
+    auto const list = cd::decode_kv_list(v, [&](std::string_view key, std::uint64_t modify_index) {
+        asked.emplace_back(std::string(key) + "@" + std::to_string(modify_index));
+        return key == "p/b";  // held at index 6 already
+    });
+    BOOST_TEST(asked == (std::vector<std::string>{"p/a@5", "p/b@6", "p/c@7"}), boost::test_tools::per_element());
+    BOOST_REQUIRE_EQUAL(list.size(), 2u);
+    BOOST_TEST(list[0].key == "p/a");
+    BOOST_TEST(list[0].value.value_or("") == "a");
+    BOOST_TEST(list[1].key == "p/c");
+    // An entry the reader does not hold is still checked in full.
+    BOOST_CHECK_THROW(cd::decode_kv_list(json::parse(R"([{"Key":"p/a","Value":"not base64!"}])"),
+                                         [](std::string_view, std::uint64_t) { return false; }),
+                      cd::decode_failure);
+    BOOST_TEST(cd::decode_kv_list(json::value(nullptr), [](std::string_view, std::uint64_t) { return true; }).empty());
+}
+
 BOOST_AUTO_TEST_CASE(bad_answers_are_decode_failures_never_guesses) {
     BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":"k","Value":"not base64!"})")), cd::decode_failure);
     BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":"k","Flags":1.5})")), cd::decode_failure);

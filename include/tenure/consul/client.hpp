@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tenure::detail {
@@ -197,6 +198,9 @@ struct check_registration {
 
 namespace detail {
 class transport;  // the library's own (src/consul/transport.hpp): opaque to users
+// Internal: which entries of a prefix read a reader already holds (by key and
+// ModifyIndex), so that decoding leaves them out (src/consul/watch_hub.cpp).
+using kv_list_skip = std::function<bool(std::string_view key, std::uint64_t modify_index)>;
 }
 
 /// Makes the transport of a client that does not talk HTTP to its server. The
@@ -605,7 +609,8 @@ private:
         boost::asio::awaitable<read_result<std::optional<kv_pair>>> kv_get(std::string key,
                                                                            read_options opts = {}) const;
         boost::asio::awaitable<read_result<std::vector<kv_pair>>> kv_list(std::string prefix,
-                                                                          read_options opts = {}) const;
+                                                                          read_options opts = {},
+                                                                          detail::kv_list_skip skip = {}) const;
         boost::asio::awaitable<read_result<std::vector<std::string>>> kv_keys(std::string prefix,
                                                                              std::string separator = {},
                                                                              read_options opts = {}) const;
