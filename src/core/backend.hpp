@@ -200,6 +200,9 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     virtual bool monitor_outlives_release() const noexcept { return false; }
 
     void start_monitor();
+    // Reports `kind` of this scope to the session's on_event, if it has one
+    // (nothing is built without: the event copies the key and session id).
+    void emit(leadership_event_kind kind, boost::system::error_code why = {}) const noexcept;
     void lose(boost::system::error_code why);
     // Marks the scope released and stops the monitor (or lets it end with the
     // release); true when the caller should send the release to the server

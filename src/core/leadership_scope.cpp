@@ -13,17 +13,23 @@ namespace detail {
 
 // ---- scope_state ---------------------------------------------------------------
 
-void scope_state::lose(boost::system::error_code why) {
-    if (status != scope_status::held) return;
-    status = scope_status::lost;
-    reason = why;
+void scope_state::emit(leadership_event_kind kind, boost::system::error_code why) const noexcept {
+    auto const& handler = session->options.on_event;
+    if (!handler) return;
     leadership_event e;
-    e.kind = leadership_event_kind::lost;
+    e.kind = kind;
     e.session_id = session->id;
     e.key = key;
     e.token = token;
     e.reason = why;
-    emit_event(session->options.on_event, std::move(e));
+    emit_event(handler, std::move(e));
+}
+
+void scope_state::lose(boost::system::error_code why) {
+    if (status != scope_status::held) return;
+    status = scope_status::lost;
+    reason = why;
+    emit(leadership_event_kind::lost, why);
     lost_event.set();
     monitor_cancel.emit(asio::cancellation_type::terminal);
     on_end();
@@ -45,12 +51,7 @@ bool scope_state::begin_release() {
                 (status == scope_status::released && release_failed);
     if (status == scope_status::held) {
         status = scope_status::released;
-        leadership_event e;
-        e.kind = leadership_event_kind::released;
-        e.session_id = session->id;
-        e.key = key;
-        e.token = token;
-        emit_event(session->options.on_event, std::move(e));
+        emit(leadership_event_kind::released);
         lost_event.set();
         if (!monitor_outlives_release()) monitor_cancel.emit(asio::cancellation_type::terminal);
         on_end();

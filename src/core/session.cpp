@@ -87,12 +87,7 @@ void session_impl::adopt(std::shared_ptr<scope_state> const& s) {
     scopes.push_back(s);
     if (s->monitor_delay > clock::duration::zero()) defer_monitor(s);
     else s->start_monitor();
-    leadership_event e;
-    e.kind = leadership_event_kind::acquired;
-    e.session_id = id;
-    e.key = s->key;
-    e.token = s->token;
-    emit_event(options.on_event, std::move(e));
+    s->emit(leadership_event_kind::acquired);
 }
 
 void session_impl::defer_monitor(std::shared_ptr<scope_state> const& s) {
