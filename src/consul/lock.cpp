@@ -229,23 +229,25 @@ asio::awaitable<void> consul_lock_scope::unlock_noting_index() {
 }
 
 std::optional<consul_lock_scope::snapshot_handover> consul_lock_scope::handover_in_snapshot() const {
-    auto const marker = hub->current(priority_marker_key(key));
-    if (!marker || !marker->pair) return std::nullopt;
-    auto const named = decode_priority_marker(marker->pair->value);
+    // Looked at in place (peek: no copies); only the marker is kept.
+    auto const marker = hub->peek(priority_marker_key(key));
+    if (!marker || !*marker) return std::nullopt;
+    auto const named = decode_priority_marker((*marker)->value);
     if (!named || named->first.empty() || named->first == session->id) return std::nullopt;
-    auto const entry = hub->current(candidate_key(key, named->first));
-    if (!entry || !entry->pair || entry->pair->session != named->first || entry->pair->flags != candidate_flag_value)
+    auto const entry = hub->peek(candidate_key(key, named->first));
+    if (!entry || !*entry || (*entry)->session != named->first || (*entry)->flags != candidate_flag_value)
         return std::nullopt;
-    auto target = candidate_from_entry(*entry->pair, named->first);
-    auto const seen = hub->current(registry_seen_key(key));
+    auto target = candidate_from_entry(**entry, named->first);
+    auto seen_key = registry_seen_key(key);
+    auto const seen = hub->peek(seen_key);
     if (!target || !seen) return std::nullopt;
     // Nobody registered or left since the snapshot (every registration and
     // removal moves `.seen`), so the marker's candidate is still the best.
-    snapshot_handover h{std::move(*target), std::move(marker->pair), {}};
-    h.guard.key = registry_seen_key(key);
-    if (seen->pair) {
+    snapshot_handover h{std::move(*target), **marker, {}};
+    h.guard.key = std::move(seen_key);
+    if (*seen) {
         h.guard.verb = "check-index";
-        h.guard.index = seen->pair->modify_index;
+        h.guard.index = (*seen)->modify_index;
     } else {
         h.guard.verb = "check-not-exists";
     }
@@ -305,7 +307,8 @@ asio::awaitable<key_view> read_key(consul::client& client, kv_watch_hub* hub, st
                                    std::uint64_t min_index, std::optional<kv_watch_hub::known_state> known) {
     if (hub) {
         auto s = co_await hub->changed(key, min_index, known);
-        co_return key_view{std::move(s.pair), s.index};
+        if (!s) throw system_error(asio::error::operation_aborted);
+        co_return key_view{std::move(s->pair), s->index};
     }
     auto r = co_await coro(client).kv_get(key, consistent_read(min_index));
     co_return key_view{std::move(r.value), r.meta.index};
@@ -440,7 +443,14 @@ asio::awaitable<void> consul_lock_scope::monitor() {
     while (status == scope_status::held) {
         std::optional<key_view> r;
         try {
-            r = co_await read_key(client, hub.get(), key, index, known);
+            if (hub) {
+                // Stopped (released, lost) with no exception: once per term.
+                auto s = co_await hub->changed(key, index, known);
+                if (!s) co_return;
+                r = key_view{std::move(s->pair), s->index};
+            } else {
+                r = co_await read_key(client, nullptr, key, index, known);
+            }
             retry = 20ms;
         } catch (system_error const& e) {
             if (status != scope_status::held || is_abort(e)) co_return;
@@ -655,8 +665,8 @@ asio::awaitable<void> register_waiting(consul_session& s, candidate_registration
     // transaction reads the marker back: a get-tree of its own
     // key, which (unlike Consul's `get`) does not fail the
     // transaction when there is no marker.
-    auto const snapshot = hub ? hub->current(mk) : std::nullopt;
-    bool named_in_txn = snapshot && !snapshot->pair;
+    auto const snapshot = hub ? hub->peek(mk) : std::nullopt;
+    bool named_in_txn = snapshot && !*snapshot;
     reg.active = true;
     std::optional<consul::txn_result> t;
     for (;;) {
@@ -756,22 +766,23 @@ asio::awaitable<void> read_ranking(consul_session& s, std::string const& key, in
 std::optional<consul::txn_op> guard_from_snapshot(kv_watch_hub* hub, std::string const& key, std::string const& id,
                                                   int priority, ranking& rk, bool& speculative) {
     std::string mk = priority_marker_key(key);
-    auto const s = hub ? hub->current(mk) : std::nullopt;
+    auto const s = hub ? hub->peek(mk) : std::nullopt;
     std::optional<consul::txn_op> guard;
     if (!s) {
         speculative = true;
         return named_in_marker(key, id);
     }
-    if (!s->pair) return guard;
-    auto m = decode_priority_marker(s->pair->value);
-    if (s->pair->session == id) {
+    consul::kv_pair const* marker = *s;
+    if (!marker) return guard;
+    auto m = decode_priority_marker(marker->value);
+    if (marker->session == id) {
         guard = named_in_marker(key, id);
-    } else if (s->pair->session.empty() && m && m->first == id) {
+    } else if (marker->session.empty() && m && m->first == id) {
         // Named with a plain compare-and-set: guarded by its index.
         guard.emplace();
         guard->verb = "check-index";
         guard->key = std::move(mk);
-        guard->index = s->pair->modify_index;
+        guard->index = marker->modify_index;
     }
     if (guard) rk.top = priority_marker{priority, id};
     return guard;
@@ -932,8 +943,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         // nothing left to remove and the one who handed over named the next.
         if (pair && pair->session == id && reg.active) {
             if (hub) {
-                auto const entry = hub->current(candidate_key(key, id));
-                if (entry && !entry->pair) reg.active = false;
+                auto const entry = hub->peek(candidate_key(key, id));
+                if (entry && !*entry) reg.active = false;
             }
             co_return acquired(*pair);
         }

@@ -47,26 +47,33 @@ std::shared_ptr<kv_watch_hub> kv_watch_hub::get(consul::client& client, std::str
 }
 
 std::optional<kv_watch_hub::key_state> kv_watch_hub::current(std::string const& key) const {
-    if (!have_snapshot_) return std::nullopt;
+    auto const found = peek(key);
+    if (!found) return std::nullopt;
     key_state s;
     s.index = index_;
-    if (auto it = keys_.find(key); it != keys_.end()) s.pair = it->second.pair;
+    if (*found) s.pair = **found;
     return s;
 }
 
-bool kv_watch_hub::answers(waiter const& w) const {
-    if (!have_snapshot_ || index_ < w.min_index) return false;
-    if (!w.known) return true;
-    auto it = keys_.find(w.key);
+std::optional<consul::kv_pair const*> kv_watch_hub::peek(std::string_view key) const {
+    if (!have_snapshot_) return std::nullopt;
+    auto it = keys_.find(key);
+    return it != keys_.end() ? &it->second.pair : nullptr;
+}
+
+bool kv_watch_hub::answers(std::string_view key, std::uint64_t min_index,
+                           std::optional<known_state> const& known) const {
+    if (!have_snapshot_ || index_ < min_index) return false;
+    if (!known) return true;
+    auto it = keys_.find(key);
     bool const exists = it != keys_.end();
-    if (exists != w.known->exists) return true;
-    return exists && it->second.pair.modify_index != w.known->modify_index;
+    if (exists != known->exists) return true;
+    return exists && it->second.pair.modify_index != known->modify_index;
 }
 
 std::optional<kv_watch_hub::key_state> kv_watch_hub::answer_now(std::string const& key, std::uint64_t min_index,
                                                                 std::optional<known_state> const& known) const {
-    waiter probe{key, min_index, known, std::nullopt, nullptr, std::nullopt};
-    if (!answers(probe)) return std::nullopt;
+    if (!answers(key, min_index, known)) return std::nullopt;
     return current(key);
 }
 
@@ -75,8 +82,9 @@ void kv_watch_hub::deliver(waiter& w) {
     if (w.wake) w.wake->cancel();
 }
 
-asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, std::uint64_t min_index,
-                                                                std::optional<known_state> known) {
+asio::awaitable<std::optional<kv_watch_hub::key_state>> kv_watch_hub::changed(std::string key,
+                                                                               std::uint64_t min_index,
+                                                                               std::optional<known_state> known) {
     auto self = shared_from_this();
     // (A plain function: its locals stay out of this coroutine's frame.)
     if (auto s = answer_now(key, min_index, known)) co_return std::move(*s);
@@ -105,10 +113,10 @@ asio::awaitable<kv_watch_hub::key_state> kv_watch_hub::changed(std::string key, 
         co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
         if (it->answer) break;
         if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
-            throw boost::system::system_error(asio::error::operation_aborted);
+            co_return std::nullopt;
         timer.expires_at(tenure::detail::clock::time_point::max());
     }
-    co_return *it->answer;
+    co_return std::move(it->answer);
 }
 
 void kv_watch_hub::ensure_running() {
@@ -162,7 +170,7 @@ void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index
 
     auto visit = [&](waiter_list& list) {
         for (auto& w : list)
-            if (!w.answer && answers(w)) deliver(w);
+            if (!w.answer && answers(w.key, w.min_index, w.known)) deliver(w);
     };
     if (first) {
         for (auto& [key, list] : waiting_) visit(list);
@@ -178,7 +186,7 @@ void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index
         waiter& w = *short_of_index_.begin()->second;
         short_of_index_.erase(short_of_index_.begin());
         w.pending.reset();
-        if (!w.answer && answers(w)) deliver(w);
+        if (!w.answer && answers(w.key, w.min_index, w.known)) deliver(w);
     }
 }
 

@@ -47,17 +47,24 @@ public:
 
     // Waits for a snapshot with index >= `min_index` in which `key` differs
     // from `known` (by existence and ModifyIndex; `known` == nullopt means
-    // "don't know": any snapshot answers). Throws operation_aborted when the
-    // awaiting coroutine is cancelled. `key` must start with prefix().
+    // "don't know": any snapshot answers). nullopt when the awaiting
+    // coroutine is cancelled: not an exception, because every leader's
+    // monitor ends this way when its scope is released, and a throw (thrice
+    // rethrown up the coroutines) per term showed at 10,000 elections.
+    // `key` must start with prefix().
     struct known_state {
         bool exists = false;
         std::uint64_t modify_index = 0;
     };
-    boost::asio::awaitable<key_state> changed(std::string key, std::uint64_t min_index,
-                                              std::optional<known_state> known);
+    boost::asio::awaitable<std::optional<key_state>> changed(std::string key, std::uint64_t min_index,
+                                                             std::optional<known_state> known);
 
     // The hub's latest snapshot of `key` (nullopt before the first one).
     std::optional<key_state> current(std::string const& key) const;
+    // The same without a copy: the snapshot's entry of `key`, or nullptr when
+    // the snapshot has no such key; nullopt before the first snapshot. Valid
+    // until the hub applies its next read: not to be held across an await.
+    std::optional<consul::kv_pair const*> peek(std::string_view key) const;
 
     // For tests and benchmarks.
     std::size_t waiters() const noexcept { return waiter_count_; }
@@ -95,7 +102,8 @@ private:
         std::size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
     };
 
-    bool answers(waiter const& w) const;
+    // Whether the snapshot answers a wait on `key` with these terms.
+    bool answers(std::string_view key, std::uint64_t min_index, std::optional<known_state> const& known) const;
     // The current snapshot's answer to such a waiter, if it has one already.
     std::optional<key_state> answer_now(std::string const& key, std::uint64_t min_index,
                                         std::optional<known_state> const& known) const;
