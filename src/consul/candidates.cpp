@@ -293,14 +293,21 @@ public:
     transfer_outcome outcome(consul::txn_result r) const {
         transfer_outcome out;
         if (r.committed) {
-            for (auto& p : r.results)
-                if (p.key == key_ && p.session == target_.session) out.held = p;
-            // The check-session answer shows the target's entry as it was before
-            // the delete: not part of what the registry is now.
-            if (!live_) {
-                std::erase_if(r.results, [&](consul::kv_pair const& p) { return p.key == key_ || p.key == entry_; });
-                out.after = std::make_unique<registry_view>(parse_registry(key_, r.results, 0));
+            // The key's and the target's entry's answers go: the key to `held`
+            // (moved, not copied), and the check-session answer shows the
+            // entry as it was before the delete: not part of what the
+            // registry is now.
+            std::size_t kept = 0;
+            for (auto& p : r.results) {
+                if (p.key == key_ || p.key == entry_) {
+                    if (p.key == key_ && p.session == target_.session) out.held = std::move(p);
+                    continue;
+                }
+                if (&r.results[kept] != &p) r.results[kept] = std::move(p);
+                ++kept;
             }
+            r.results.erase(r.results.begin() + static_cast<std::ptrdiff_t>(kept), r.results.end());
+            if (!live_) out.after = std::make_unique<registry_view>(parse_registry(key_, r.results, 0));
             return out;
         }
         std::size_t const unlock_at = guard_ ? 2 : 1;  // the op whose refusal means `holder` lost the key

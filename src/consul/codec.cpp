@@ -210,7 +210,9 @@ txn_result decode_txn_result(std::string_view body, bool committed) {
     auto const& o = as_object(v, "txn answer");
     if (out.committed) {
         if (auto const* res = o.if_contains("Results"); res && !res->is_null()) {
-            for (auto const& e : as_array(*res, "Results")) {
+            auto const& results = as_array(*res, "Results");
+            out.results.reserve(results.size());
+            for (auto const& e : results) {
                 auto const& eo = as_object(e, "Results entry");
                 if (auto const* kv = eo.if_contains("KV"); kv && !kv->is_null()) out.results.push_back(decode_kv(*kv));
             }
