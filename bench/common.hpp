@@ -123,6 +123,14 @@ inline double self_cpu_seconds() {
     return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
+// Minor page faults of this process so far: each is a page of memory touched
+// for the first time (or again after malloc gave it back to the kernel).
+inline long self_minor_faults() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+}
+
 inline std::string machine() {
     long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
     long mem_mib = static_cast<long>(::sysconf(_SC_PHYS_PAGES) / 1024 * ::sysconf(_SC_PAGE_SIZE) / 1024);

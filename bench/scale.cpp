@@ -14,6 +14,8 @@
 //
 //   ./build/bench/scale                 # N = 1000 and 10000
 //   ./build/bench/scale --n 10000 --max-connections 16
+// A phase that does not finish within --phase-timeout-s (120) fails the run,
+// with how far it got and the sessions' states.
 #include <tenure/consul/client.hpp>
 #include <tenure/election.hpp>
 
@@ -27,6 +29,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include <csignal>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -55,6 +59,7 @@ double ms(steady::duration d) { return std::chrono::duration<double, std::milli>
 using bench::alloc_counts;
 using bench::cpu_seconds;
 using bench::self_cpu_seconds;
+using bench::self_minor_faults;
 using bench::die_with_parent;  // the agent child dies with the bench
 
 long rss_kib(pid_t pid) {
@@ -87,6 +92,7 @@ int established_on(unsigned port) {
 struct phase {
     double wall_ms = 0, bench_cpu_s = 0, agent_cpu_s = 0;
     double rusage_cpu_s = 0;  // the bench's, from getrusage (microseconds, not clock ticks)
+    long minor_faults = 0;    // the bench's page faults that touched new memory (getrusage ru_minflt)
     alloc_counts allocs;      // the bench's operator new calls and bytes in the phase
 };
 
@@ -97,6 +103,24 @@ struct result {
     std::size_t max_client_connections = 0;
     int max_agent_connections = 0;
 };
+
+// What one page fault costs this machine: CPU microseconds to touch fresh
+// anonymous pages, one write each. Under some hypervisors a fault costs tens of
+// times what it does on bare metal, and the phases' CPU per election then
+// depends on how much memory they touch first as much as on the code's work.
+double fault_cost_us() {
+    std::size_t const pages = 16384;
+    long const page = ::sysconf(_SC_PAGE_SIZE);
+    std::size_t const size = pages * static_cast<std::size_t>(page);
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    double const c0 = self_cpu_seconds();
+    auto* bytes = static_cast<volatile char*>(p);
+    for (std::size_t i = 0; i < size; i += static_cast<std::size_t>(page)) bytes[i] = 1;
+    double const c1 = self_cpu_seconds();
+    ::munmap(p, size);
+    return 1e6 * (c1 - c0) / pages;
+}
 
 asio::awaitable<void> yield_ms(int n) {
     asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds{n});
@@ -134,16 +158,47 @@ struct phase_clock {
     steady::time_point t0 = steady::now();
     double c0 = cpu_seconds(self), g0 = cpu_seconds(agent);
     double r0 = self_cpu_seconds();
+    long f0 = self_minor_faults();
     alloc_counts a0 = alloc_counts::now();
 
     void stop(phase& p) const {
         p.allocs = alloc_counts::now() - a0;
+        p.minor_faults = self_minor_faults() - f0;
         p.rusage_cpu_s = self_cpu_seconds() - r0;
         p.wall_ms = ms(steady::now() - t0);
         p.bench_cpu_s = cpu_seconds(self) - c0;
         p.agent_cpu_s = cpu_seconds(agent) - g0;
     }
 };
+
+// Waits (polling every ms) until `done()`, at most `limit`. Past it the phase
+// failed: a lost session (a renewal starved under a profiler, say) leaves its
+// candidates waiting for good, and the bench says so instead of hanging. It
+// exits at once: thousands of detached campaigns still refer to the sides,
+// which unwinding would destroy under them (the agent child dies with us).
+template <class Done, class State>
+asio::awaitable<void> await_phase(char const* what, Done done, State state, steady::duration limit) {
+    auto const deadline = steady::now() + limit;
+    while (!done()) {
+        if (steady::now() >= deadline) {
+            std::fprintf(stderr, "scale: %s did not finish within %lld s: %s\n", what,
+                         static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(limit).count()),
+                         state().c_str());
+            std::fflush(nullptr);
+            std::_Exit(1);
+        }
+        co_await yield_ms(1);
+    }
+}
+
+char const* state_name(tenure::session_state s) {
+    switch (s) {
+        case tenure::session_state::healthy: return "healthy";
+        case tenure::session_state::jeopardy: return "jeopardy";
+        case tenure::session_state::lost: return "lost";
+    }
+    return "?";
+}
 
 // One side of all N elections: a candidate per key, all on one session.
 struct side {
@@ -169,7 +224,7 @@ struct side {
 };
 
 asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, int n, std::size_t max_conn,
-                              result& out) {
+                              steady::duration phase_limit, result& out) {
     auto ex = co_await asio::this_coro::executor;
     tenure::consul::client_config cc;
     cc.address = url;
@@ -196,12 +251,17 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
 
     out.rss_before_kib = rss_kib(self);
     side a(n), b(n);
+    auto const sessions = [&] {
+        return std::string("session A ") + state_name(sa.state()) + ", B " + state_name(sb.state());
+    };
 
     // 1. A campaigns for every key at once.
     {
         phase_clock clock{self, agent_pid};
         a.campaign(ex, sa, keys, "a", eo);
-        while (a.led < n) co_await yield_ms(1);
+        co_await await_phase(
+            "A's campaign", [&] { return a.led == n; },
+            [&] { return std::to_string(a.led) + " of " + std::to_string(n) + " led; " + sessions(); }, phase_limit);
         clock.stop(out.lead);
         std::fprintf(stderr, "  n=%d: A leads all in %.1f ms\n", n, out.lead.wall_ms);
     }
@@ -222,7 +282,11 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
             }
             return true;
         };
-        while (hub->waiters() < static_cast<std::size_t>(2 * n) || !registered()) co_await yield_ms(1);
+        co_await await_phase(
+            "B's followers parking",
+            [&] { return hub->waiters() >= static_cast<std::size_t>(2 * n) && registered(); },
+            [&] { return std::to_string(hub->waiters()) + " hub waiters of " + std::to_string(2 * n) + "; " + sessions(); },
+            phase_limit);
         clock.stop(out.follow);
         out.rss_after_kib = rss_kib(self);
         out.agent_rss_kib = rss_kib(agent_pid);
@@ -238,7 +302,9 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
         phase_clock clock{self, agent_pid};
         for (int i = 0; i < n; ++i)
             asio::co_spawn(ex, a.scopes[i].release(asio::use_awaitable), asio::detached);
-        while (b.led < n) co_await yield_ms(1);
+        co_await await_phase(
+            "B's re-lead", [&] { return b.led == n; },
+            [&] { return std::to_string(b.led) + " of " + std::to_string(n) + " re-led; " + sessions(); }, phase_limit);
         clock.stop(out.relead);
         std::fprintf(stderr, "  n=%d: B re-leads all %.1f ms after the mass release (%llu snapshots of the prefix)\n", n,
                      out.relead.wall_ms, static_cast<unsigned long long>(hub->snapshots() - snapshots_before));
@@ -263,12 +329,14 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
 int main(int argc, char** argv) {
     std::vector<int> ns{1000, 10000};
     std::size_t max_conn = 16;
+    auto phase_limit = std::chrono::seconds{120};
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--n" && i + 1 < argc) ns = {std::stoi(argv[++i])};
         else if (a == "--max-connections" && i + 1 < argc) max_conn = std::stoul(argv[++i]);
+        else if (a == "--phase-timeout-s" && i + 1 < argc) phase_limit = std::chrono::seconds{std::stoi(argv[++i])};
         else {
-            std::fprintf(stderr, "usage: scale [--n N] [--max-connections C]\n");
+            std::fprintf(stderr, "usage: scale [--n N] [--max-connections C] [--phase-timeout-s S (120)]\n");
             return a == "--help" || a == "-h" ? 0 : 2;
         }
     }
@@ -294,7 +362,7 @@ int main(int argc, char** argv) {
     for (int n : ns) {
         result r;
         std::exception_ptr error;
-        asio::co_spawn(io, run_one(url, port, static_cast<pid_t>(agent.id()), n, max_conn, r),
+        asio::co_spawn(io, run_one(url, port, static_cast<pid_t>(agent.id()), n, max_conn, phase_limit, r),
                        [&](std::exception_ptr e) { error = e; });
         io.restart();
         io.run_for(10min);
@@ -324,18 +392,23 @@ int main(int argc, char** argv) {
     }
     // Per election: the bench's CPU (getrusage) and operator new calls and bytes, per phase.
     std::printf("load average at the end: %s\n", bench::loadavg().c_str());
-    std::printf("\nper election (the bench process): CPU us (getrusage user + sys), operator new calls, bytes\n");
-    std::printf("%8s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s\n", "N", "lead us", "new", "bytes", "follow us", "new",
-                "bytes", "re-lead us", "new", "bytes");
+    std::printf("\nper election (the bench process): CPU us (getrusage user + sys), operator new calls, bytes, minor page faults\n");
+    std::printf("%8s | %9s %8s %8s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s\n", "N", "lead us", "new", "bytes", "flt",
+                "follow us", "new", "bytes", "flt", "re-lead us", "new", "bytes", "flt");
     for (auto const& r : results) {
         double const n = r.n ? double(r.n) : 1;
         auto per = [n](phase const& p) {
-            return std::array<double, 3>{1e6 * p.rusage_cpu_s / n, double(p.allocs.count) / n, double(p.allocs.bytes) / n};
+            return std::array<double, 4>{1e6 * p.rusage_cpu_s / n, double(p.allocs.count) / n,
+                                         double(p.allocs.bytes) / n, double(p.minor_faults) / n};
         };
         auto const l = per(r.lead), f = per(r.follow), x = per(r.relead);
-        std::printf("%8d | %9.1f %8.1f %8.0f | %9.1f %8.1f %8.0f | %9.1f %8.1f %8.0f\n", r.n, l[0], l[1], l[2], f[0],
-                    f[1], f[2], x[0], x[1], x[2]);
+        std::printf("%8d | %9.1f %8.1f %8.0f %6.2f | %9.1f %8.1f %8.0f %6.2f | %9.1f %8.1f %8.0f %6.2f\n", r.n, l[0],
+                    l[1], l[2], l[3], f[0], f[1], f[2], f[3], x[0], x[1], x[2], x[3]);
     }
+    double const fault_us = fault_cost_us();
+    std::printf("one minor page fault costs this machine %.2f us of CPU (fresh anonymous pages, one write each);\n"
+                "flt x that is the part of a phase's CPU per election spent touching memory for the first time.\n",
+                fault_us);
     std::printf("\nRSS/elec: growth of the bench's RSS from before A campaigns to B's followers parked, divided by N\n"
                 "(one leader scope + one parked follower per election, plus the hub's snapshot of the prefix).\n");
     return 0;
