@@ -263,11 +263,14 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
             "A's campaign", [&] { return a.led == n; },
             [&] { return std::to_string(a.led) + " of " + std::to_string(n) + " led; " + sessions(); }, phase_limit);
         clock.stop(out.lead);
-        std::fprintf(stderr, "  n=%d: A leads all in %.1f ms\n", n, out.lead.wall_ms);
+        auto const hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
+        std::fprintf(stderr, "  n=%d: A leads all in %.1f ms (%llu snapshots of the prefix)\n", n, out.lead.wall_ms,
+                     static_cast<unsigned long long>(hub->snapshots()));
     }
 
     // 2. B's followers park on the hub.
     {
+        auto const snapshots_before = tenure::detail::kv_watch_hub::get(client, eo.shared_watch)->snapshots();
         phase_clock clock{self, agent_pid};
         b.campaign(ex, sb, keys, "b", eo);
         // Parked: A's N monitors and B's N followers all wait on the hub,
@@ -290,8 +293,9 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
         clock.stop(out.follow);
         out.rss_after_kib = rss_kib(self);
         out.agent_rss_kib = rss_kib(agent_pid);
-        std::fprintf(stderr, "  n=%d: B's followers parked in %.1f ms, bench RSS %ld -> %ld KiB\n", n,
-                     out.follow.wall_ms, out.rss_before_kib, out.rss_after_kib);
+        std::fprintf(stderr, "  n=%d: B's followers parked in %.1f ms (%llu snapshots), bench RSS %ld -> %ld KiB\n", n,
+                     out.follow.wall_ms, static_cast<unsigned long long>(hub->snapshots() - snapshots_before),
+                     out.rss_before_kib, out.rss_after_kib);
         if (b.led != 0) std::fprintf(stderr, "  warning: %d B candidates led before the release\n", b.led);
     }
 
