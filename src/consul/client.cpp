@@ -407,14 +407,18 @@ asio::awaitable<read_result<std::optional<kv_pair>>> client::coroutines::kv_get(
     });
 }
 
+// `received`, if given, is set when the answer is in: the hub counts what
+// follows (the parse, the decode, its apply) as the cost of a snapshot.
 asio::awaitable<read_result<std::vector<kv_pair>>> client::coroutines::kv_list(
-    std::string prefix, read_options opts, detail::kv_list_skip skip) const {
+    std::string prefix, read_options opts, detail::kv_list_skip skip,
+    tenure::detail::clock::time_point* received) const {
     auto const self = state;
     query_string q;
     q.flag("recurse");
     auto const deadline = self->read_params(q, opts);
     auto const target = self->target("/v1/kv/" + encode_key(prefix), q);
     auto const r = co_await self->send(http::verb::get, target, {}, deadline);
+    if (received) *received = tenure::detail::clock::now();
     if (r.status == 404) co_return read_result<std::vector<kv_pair>>{{}, decode_meta(r.headers)};
     expect_ok(r);
     co_return decode(r, http::verb::get, target, [&] {

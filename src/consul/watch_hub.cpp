@@ -239,8 +239,9 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
                 };
         }
         std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
+        auto received = tenure::detail::clock::now();
         try {
-            r = co_await coro(*client).kv_list(prefix, ro, std::move(skip));
+            r = co_await coro(*client).kv_list(prefix, ro, std::move(skip), &received);
         } catch (boost::system::system_error const& e) {
             if (e.code() == asio::error::operation_aborted) {
                 // The hub was dropped, or the client closed.
@@ -260,14 +261,14 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         }
         retry = std::chrono::milliseconds{20};
         hub->query_index_ = consul::next_wait_index(hub->query_index_, r->meta.index);
-        auto const applied_from = tenure::detail::clock::now();
         hub->apply(std::move(r->value), r->meta.index, stamp);
         // A big prefix that changes all the time (10 000 elections taking
         // their keys) would otherwise be fetched and parsed back to back, on
         // the thread the elections share. Pausing for twice the work the last
         // snapshot took keeps the hub under about a third of the thread; for a
-        // small prefix the pause is microseconds.
-        auto const cost = tenure::detail::clock::now() - applied_from;
+        // small prefix the pause is microseconds. The work counted is the
+        // parse, the decode and the apply, from the answer's arrival.
+        auto const cost = tenure::detail::clock::now() - received;
         if (cost > std::chrono::microseconds{200}) {
             hub.reset();
             tenure::detail::timer pause(co_await asio::this_coro::executor, std::min<tenure::detail::clock::duration>(2 * cost, std::chrono::milliseconds{100}));

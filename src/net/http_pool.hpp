@@ -90,6 +90,10 @@ struct connection_count {
 };
 
 struct http_connection {
+    // The read buffer's room: one recvmsg takes most answers whole, and a
+    // large body (a KV prefix) comes in 16 KiB steps.
+    static constexpr std::size_t read_buffer_bytes = 16 * 1024;
+
     http_connection(boost::asio::any_io_executor const& ex, std::shared_ptr<connection_count> n,
                     std::shared_ptr<boost::asio::ssl::context> tls_context);
     ~http_connection();

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <tenure/detail/async_bridge.hpp>
+#include <tenure/detail/clock.hpp>
 #include <tenure/diagnostics.hpp>
 #include <tenure/error.hpp>
 
@@ -610,7 +611,8 @@ private:
                                                                            read_options opts = {}) const;
         boost::asio::awaitable<read_result<std::vector<kv_pair>>> kv_list(std::string prefix,
                                                                           read_options opts = {},
-                                                                          detail::kv_list_skip skip = {}) const;
+                                                                          detail::kv_list_skip skip = {},
+                                                                          tenure::detail::clock::time_point* received = nullptr) const;
         boost::asio::awaitable<read_result<std::vector<std::string>>> kv_keys(std::string prefix,
                                                                              std::string separator = {},
                                                                              read_options opts = {}) const;
