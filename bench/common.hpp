@@ -114,22 +114,20 @@ inline double cpu_seconds(pid_t pid) {
     return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-// User + system CPU seconds of this process (getrusage: microsecond
-// resolution, where /proc/<pid>/stat counts clock ticks).
-inline double self_cpu_seconds() {
-    rusage u{};
-    ::getrusage(RUSAGE_SELF, &u);
-    auto sec = [](timeval t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
-    return sec(u.ru_utime) + sec(u.ru_stime);
-}
+// This process's own usage so far, from one getrusage call.
+struct self_usage {
+    double cpu_s = 0;       // user + system (microsecond resolution, where /proc/<pid>/stat counts clock ticks)
+    long minor_faults = 0;  // pages touched for the first time (or again after malloc gave them back)
 
-// Minor page faults of this process so far: each is a page of memory touched
-// for the first time (or again after malloc gave it back to the kernel).
-inline long self_minor_faults() {
-    rusage u{};
-    ::getrusage(RUSAGE_SELF, &u);
-    return u.ru_minflt;
-}
+    static self_usage now() {
+        rusage u{};
+        ::getrusage(RUSAGE_SELF, &u);
+        auto sec = [](timeval t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+        return {sec(u.ru_utime) + sec(u.ru_stime), u.ru_minflt};
+    }
+};
+
+inline double self_cpu_seconds() { return self_usage::now().cpu_s; }
 
 inline std::string machine() {
     long cores = ::sysconf(_SC_NPROCESSORS_ONLN);

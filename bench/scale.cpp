@@ -59,7 +59,7 @@ double ms(steady::duration d) { return std::chrono::duration<double, std::milli>
 using bench::alloc_counts;
 using bench::cpu_seconds;
 using bench::self_cpu_seconds;
-using bench::self_minor_faults;
+using bench::self_usage;
 using bench::die_with_parent;  // the agent child dies with the bench
 
 long rss_kib(pid_t pid) {
@@ -157,14 +157,14 @@ struct phase_clock {
     pid_t self, agent;
     steady::time_point t0 = steady::now();
     double c0 = cpu_seconds(self), g0 = cpu_seconds(agent);
-    double r0 = self_cpu_seconds();
-    long f0 = self_minor_faults();
+    self_usage u0 = self_usage::now();
     alloc_counts a0 = alloc_counts::now();
 
     void stop(phase& p) const {
         p.allocs = alloc_counts::now() - a0;
-        p.minor_faults = self_minor_faults() - f0;
-        p.rusage_cpu_s = self_cpu_seconds() - r0;
+        auto const u = self_usage::now();
+        p.minor_faults = u.minor_faults - u0.minor_faults;
+        p.rusage_cpu_s = u.cpu_s - u0.cpu_s;
         p.wall_ms = ms(steady::now() - t0);
         p.bench_cpu_s = cpu_seconds(self) - c0;
         p.agent_cpu_s = cpu_seconds(agent) - g0;
@@ -263,24 +263,29 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
             "A's campaign", [&] { return a.led == n; },
             [&] { return std::to_string(a.led) + " of " + std::to_string(n) + " led; " + sessions(); }, phase_limit);
         clock.stop(out.lead);
-        auto const hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
-        std::fprintf(stderr, "  n=%d: A leads all in %.1f ms (%llu snapshots of the prefix)\n", n, out.lead.wall_ms,
-                     static_cast<unsigned long long>(hub->snapshots()));
     }
+    // The prefix's hub, which A's monitors share and B's followers will.
+    auto const hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
+    std::fprintf(stderr, "  n=%d: A leads all in %.1f ms (%llu snapshots of the prefix)\n", n, out.lead.wall_ms,
+                 static_cast<unsigned long long>(hub->snapshots()));
 
     // 2. B's followers park on the hub.
     {
-        auto const snapshots_before = tenure::detail::kv_watch_hub::get(client, eo.shared_watch)->snapshots();
+        auto const snapshots_before = hub->snapshots();
         phase_clock clock{self, agent_pid};
         b.campaign(ex, sb, keys, "b", eo);
         // Parked: A's N monitors and B's N followers all wait on the hub,
         // and every follower's registry entry is in the hub's snapshot. (The
         // waiters alone are not enough: a follower's first read waits on the
-        // hub too, before it has registered.)
-        auto hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
+        // hub too, before it has registered.) An entry stays once in, so each
+        // poll resumes at the first key not yet seen: the check is the bench's
+        // CPU, counted in the phase, and must stay small beside the followers'.
+        std::size_t seen = 0;
+        std::string entry;
         auto const registered = [&] {
-            for (auto const& k : keys) {
-                auto s = hub->current(k + ".candidates/" + sb.id());
+            for (; seen < keys.size(); ++seen) {
+                entry.assign(keys[seen]).append(".candidates/").append(sb.id());
+                auto s = hub->current(entry);
                 if (!s || !s->pair) return false;
             }
             return true;
@@ -301,7 +306,6 @@ asio::awaitable<void> run_one(std::string url, unsigned port, pid_t agent_pid, i
 
     // 3. Mass release: every A scope at once; B re-leads all.
     {
-        auto hub = tenure::detail::kv_watch_hub::get(client, eo.shared_watch);
         auto const snapshots_before = hub->snapshots();
         phase_clock clock{self, agent_pid};
         for (int i = 0; i < n; ++i)
