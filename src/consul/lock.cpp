@@ -529,6 +529,11 @@ struct candidate_registration {
     bool name_next = false;  // took the key with nobody live named: name the next best anyway
     std::uint64_t since = 0;
     std::uint64_t modify_index = 0;  // of our entry: deleted by compare-and-delete (a newer registration stays)
+    // Who the marker named, ranked before us, when we last read it (the
+    // registration's read-back, a ranking read), until that one is seen to
+    // stop waiting. Without a hub's snapshot it spares the waiters a lock the
+    // guard would refuse, sent ahead of the named one's on the agent's queue.
+    std::optional<priority_marker> named_seen;
 
     candidate_registration(std::shared_ptr<consul_session> s, std::string k) : session(std::move(s)), key(std::move(k)) {}
     candidate_registration(candidate_registration const&) = delete;
@@ -562,6 +567,14 @@ struct candidate_registration {
     // plain delete: our current entry, whatever its index (a compare that
     // failed would fail the lock with it, on every retry).
     std::vector<consul::txn_op> ops_with_lock() const { return active ? removal_ops(key, session->id, 0) : std::vector<consul::txn_op>{}; }
+
+    // What a read of the marker showed, for a candidate of `priority`.
+    void remember_named(std::optional<priority_marker> const& top, int priority) {
+        if (top && !top->first.empty() && top->first != session->id && top->priority >= priority)
+            named_seen = top;
+        else
+            named_seen.reset();
+    }
 
     // The lock transaction went through with ops_with_lock(): the entry is
     // gone; `results` is what it read back.
@@ -729,6 +742,7 @@ asio::awaitable<void> register_waiting(consul_session& s, candidate_registration
                 break;
             }
         }
+        if (known && !takes_marker(known, priority)) reg.remember_named(*known, priority);
     }
 }
 
@@ -952,6 +966,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         if (pair && !pair->session.empty() && pair->session != id) {
             free_since.reset();
             if (!once && !reg.active) co_await register_waiting(*self, reg, value, hub.get(), eopts.priority);
+            // The one we knew named holds it: it named another on winning.
+            if (reg.named_seen && reg.named_seen->first == pair->session) reg.named_seen.reset();
             // Held by another candidate: learn its LockDelay once, then block.
             if (pair->session != last_holder) {
                 last_holder = pair->session;
@@ -990,10 +1006,30 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         ranking rk;  // who the marker names
         std::optional<consul::txn_op> marker_guard;
         bool speculative = false;  // guarded by the marker without knowing whether it names us
-        if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false))
+        bool remembered = false;   // deferring to the one we last read named, with no read now
+        if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false)) {
             marker_guard = guard_from_snapshot(hub.get(), key, id, eopts.priority, rk, speculative);
-        if (reg.active && !once && grace > clock::duration::zero() && !marker_guard)
+            if (speculative && reg.named_seen) {
+                // No snapshot, but our last read of the marker named another
+                // that has not been seen to stop waiting: defer to it instead
+                // of a try its guard refuses. Its entry is blocked on from
+                // just before the index that showed the key free: an entry
+                // older than that parks the read until the named one's lock
+                // removes it, and a missing entry (the table's index is at
+                // least the key's) answers at once. A marker that moved since
+                // costs us the grace at most, never the one it names.
+                marker_guard.reset();
+                speculative = false;
+                rk.top = reg.named_seen;
+                rk.defer_to = reg.named_seen->first;
+                rk.defer_index = r->index > 1 ? r->index - 1 : 0;
+                remembered = true;
+            }
+        }
+        if (reg.active && !once && grace > clock::duration::zero() && !marker_guard && !remembered) {
             co_await read_ranking(*self, key, eopts.priority, rk);
+            reg.remember_named(rk.top, eopts.priority);
+        }
         bool const named = rk.top && rk.top->first == id;
         if (freed_at && speculative) {
             // Whether we are named decides the spread: settled by the try,
@@ -1015,6 +1051,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             auto d = co_await defer(*self, reg, value, eopts.priority, rk.defer_to, rk.defer_index,
                                     *free_since + holder_delay + grace);
             if (d.named_left) {
+                reg.named_seen.reset();  // it won, or gave up, and named another
                 index = 0;
                 known.reset();
                 continue;
