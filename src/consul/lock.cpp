@@ -533,7 +533,10 @@ struct candidate_registration {
     // registration's read-back, a ranking read), until that one is seen to
     // stop waiting. Without a hub's snapshot it spares the waiters a lock the
     // guard would refuse, sent ahead of the named one's on the agent's queue.
+    // `named_seen_at`: an index the named one's entry was no newer than then
+    // (an entry written since means it waits anew: the naming may be stale).
     std::optional<priority_marker> named_seen;
+    std::uint64_t named_seen_at = 0;
 
     candidate_registration(std::shared_ptr<consul_session> s, std::string k) : session(std::move(s)), key(std::move(k)) {}
     candidate_registration(candidate_registration const&) = delete;
@@ -568,12 +571,15 @@ struct candidate_registration {
     // failed would fail the lock with it, on every retry).
     std::vector<consul::txn_op> ops_with_lock() const { return active ? removal_ops(key, session->id, 0) : std::vector<consul::txn_op>{}; }
 
-    // What a read of the marker showed, for a candidate of `priority`.
-    void remember_named(std::optional<priority_marker> const& top, int priority) {
-        if (top && !top->first.empty() && top->first != session->id && top->priority >= priority)
+    // What a read of the marker showed, for a candidate of `priority`, `at`
+    // an index its candidate's entry was no newer than (0: unknown).
+    void remember_named(std::optional<priority_marker> const& top, int priority, std::uint64_t at) {
+        if (at != 0 && top && !top->first.empty() && top->first != session->id && top->priority >= priority) {
             named_seen = top;
-        else
+            named_seen_at = at;
+        } else {
             named_seen.reset();
+        }
     }
 
     // The lock transaction went through with ops_with_lock(): the entry is
@@ -742,7 +748,9 @@ asio::awaitable<void> register_waiting(consul_session& s, candidate_registration
                 break;
             }
         }
-        if (known && !takes_marker(known, priority)) reg.remember_named(*known, priority);
+        // The one named was named at `at`, the marker's ModifyIndex, and
+        // registered before that.
+        if (known && !takes_marker(known, priority)) reg.remember_named(*known, priority, at);
     }
 }
 
@@ -817,9 +825,8 @@ asio::awaitable<deferral> defer(consul_session& s, candidate_registration& reg, 
     deferral out;
     if (!defer_to.empty()) {
         // The one named goes. Wait until it stops waiting: its entry
-        // goes once it holds the key (after its acquire resolved, so
-        // the many deferring do not wake in the way of its answer),
-        // or with its session. Then look at the key again.
+        // goes with its winning lock transaction, or with its session.
+        // Then look at the key again.
         while (clock::now() < deadline) {
             std::optional<std::uint64_t> still;
             try {
@@ -828,7 +835,10 @@ asio::awaitable<deferral> defer(consul_session& s, candidate_registration& reg, 
                 if (is_abort(ex)) throw;
                 break;
             }
-            if (!still) {
+            // Gone, or written again past the index we knew it by: it gave
+            // up and registered anew, and the marker may have moved (to us,
+            // when we deferred on a remembered naming). Look again.
+            if (!still || (defer_index != 0 && *still > defer_index)) {
                 out.named_left = true;
                 break;
             }
@@ -1013,22 +1023,24 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 // No snapshot, but our last read of the marker named another
                 // that has not been seen to stop waiting: defer to it instead
                 // of a try its guard refuses. Its entry is blocked on from
-                // just before the index that showed the key free: an entry
-                // older than that parks the read until the named one's lock
-                // removes it, and a missing entry (the table's index is at
-                // least the key's) answers at once. A marker that moved since
-                // costs us the grace at most, never the one it names.
+                // the index we knew it by, and from before the one that
+                // showed the key free: an entry unchanged since parks the
+                // read until the named one's lock removes it; a missing entry
+                // (the table's index is at least the key's) or one written
+                // again (it gave up and waits anew: the marker may have
+                // moved) answers at once, and we look again.
                 marker_guard.reset();
                 speculative = false;
                 rk.top = reg.named_seen;
                 rk.defer_to = reg.named_seen->first;
-                rk.defer_index = r->index > 1 ? r->index - 1 : 0;
+                rk.defer_index = std::min(reg.named_seen_at, r->index > 1 ? r->index - 1 : 0);
                 remembered = true;
             }
         }
         if (reg.active && !once && grace > clock::duration::zero() && !marker_guard && !remembered) {
             co_await read_ranking(*self, key, eopts.priority, rk);
-            reg.remember_named(rk.top, eopts.priority);
+            // Remembered only while the one named waits, as of its entry's read.
+            reg.remember_named(rk.defer_to.empty() ? std::nullopt : rk.top, eopts.priority, rk.defer_index);
         }
         bool const named = rk.top && rk.top->first == id;
         if (freed_at && speculative) {
@@ -1051,7 +1063,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             auto d = co_await defer(*self, reg, value, eopts.priority, rk.defer_to, rk.defer_index,
                                     *free_since + holder_delay + grace);
             if (d.named_left) {
-                reg.named_seen.reset();  // it won, or gave up, and named another
+                reg.named_seen.reset();  // it won, or gave up, and named another (or waits anew)
                 index = 0;
                 known.reset();
                 continue;

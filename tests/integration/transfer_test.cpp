@@ -671,6 +671,44 @@ BOOST_AUTO_TEST_CASE(after_an_invalidation_equals_go_in_the_order_they_waited) {
     });
 }
 
+// A waiter defers at once to the candidate it last read the marker naming.
+// That naming goes stale when the one named gives up (naming the next: `b`)
+// and campaigns again: `b` must not wait on its fresh entry, nor `a` on `b`,
+// for the grace (an hour here: a stall fails the test by its time limit).
+BOOST_AUTO_TEST_CASE(a_naming_gone_stale_does_not_stall_the_one_named_since) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/stale-naming/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        tenure::election_options eo;
+        eo.priority_grace = std::chrono::hours{1};
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h", eo);
+        auto lead = co_await he.acquire();
+        candidate a, b;
+        co_await enroll(a, "a", key, eo);
+        a.start(wake);
+        co_await await_marker(key, a.session.id());
+        co_await enroll(b, "b", key, eo);
+        b.start(wake);  // registers; reads back the marker: `a` is named
+        co_await await_candidates(key, 2);
+        // `a` gives up: its entry goes and it names `b`; then it waits anew.
+        a.cancel.emit(asio::cancellation_type::terminal);
+        co_await wait_for(wake, [&] { return a.done; });
+        BOOST_TEST(a.ec == asio::error::operation_aborted);
+        co_await await_marker(key, b.session.id());
+        a.start(wake);
+        co_await await_candidates(key, 2);
+        // The holder's session ends: `b`, named, leads.
+        co_await tenure::detail::coro(*client).session_destroy(hs.id());
+        co_await wait_for(wake, [&] { return a.done || b.done; });
+        BOOST_TEST(b.done);
+        BOOST_TEST(!b.ec);
+        BOOST_TEST(!a.done);
+        a.cancel.emit(asio::cancellation_type::terminal);
+        co_await wait_for(wake, [&] { return a.done; });
+    });
+}
+
 BOOST_AUTO_TEST_CASE(yield_to_higher_ignores_a_flapping_candidate_then_hands_over) {
     run([&]() -> asio::awaitable<void> {
         std::string const key = "itest/yield/leader";
