@@ -6,7 +6,7 @@
 #include <boost/uuid/uuid_io.hpp>
 
 #include <algorithm>
-#include <unordered_set>
+#include <set>
 
 namespace tenure::detail::agent {
 
@@ -33,17 +33,23 @@ std::vector<std::string> session_entry::check_ids() const {
 // keys, prefixes or tables they touch.
 
 struct watch_hub {
+    // A watcher's id grows with each one parked, and each list is ordered by
+    // id: a write wakes its watchers in the order they parked, the longest
+    // waiting first (a hash set's order would be arbitrary). One thread
+    // answers them one after another, so the order is what a woken client
+    // waits for.
+    using id_list = std::set<std::uint64_t>;
     struct watcher {
         std::vector<watch_target> targets;
         std::function<void()> callback;
     };
     std::uint64_t next_id = 1;
     std::unordered_map<std::uint64_t, watcher> watchers;
-    std::unordered_map<std::string, std::unordered_set<std::uint64_t>> by_key;
-    std::map<std::string, std::unordered_set<std::uint64_t>, std::less<>> by_prefix;
-    std::unordered_set<std::uint64_t> by_table[4];  // sessions, checks, nodes, renewals
+    std::unordered_map<std::string, id_list> by_key;
+    std::map<std::string, id_list, std::less<>> by_prefix;
+    id_list by_table[4];  // sessions, checks, nodes, renewals
 
-    std::unordered_set<std::uint64_t>* list_for(watch_target const& t, bool create) {
+    id_list* list_for(watch_target const& t, bool create) {
         switch (t.what) {
         case watch_target::kind::key: {
             if (create) return &by_key[t.name];
@@ -88,7 +94,7 @@ struct watch_hub {
     }
 
     // Fires (and unregisters) every watcher in `ids`.
-    void fire(std::unordered_set<std::uint64_t> ids) {
+    void fire(id_list ids) {
         for (auto id : ids) {
             auto it = watchers.find(id);
             if (it == watchers.end()) continue;
@@ -99,7 +105,7 @@ struct watch_hub {
         }
     }
 
-    void fire_list(std::unordered_set<std::uint64_t>* list) {
+    void fire_list(id_list* list) {
         if (!list || list->empty()) return;
         fire(*list);  // copy: fire() edits the lists
     }
