@@ -22,6 +22,10 @@
 // Scenarios (how the leader's term ends; "D" is --lock-delay-ms):
 //   clean       the leader releases the key (?release=, handoff_on_release off): no
 //               lock-delay; the parked followers race for it.
+//   handoff     the same release with the default election_options: the release hands
+//               the key to the longest-waiting follower in one transaction
+//               (handoff_on_release): what a user's release() does. Its raw floor is
+//               clean's (a release, then one acquire by a parked follower).
 //   destroy-0   the leader's session is destroyed (PUT /v1/session/destroy), LockDelay 0.
 //   destroy     the same with LockDelay D.
 //   check-fail  the leader's session carries tenure's application health check
@@ -870,7 +874,7 @@ std::vector<result_set> read_csv(std::string const& path, config& cfg) {
 
 int usage() {
     std::cerr << "usage: failover [--quick | --full]\n"
-                 "                [--scenario clean,destroy-0,destroy,check-fail,probe,ttl,kill,transfer,prio-clean,sem-clean]\n"
+                 "                [--scenario clean,handoff,destroy-0,destroy,check-fail,probe,ttl,kill,transfer,prio-clean,sem-clean]\n"
                  "                [--backend http,inproc,etcd,etcdctl] [--candidates 3,10,100] [--handovers N]\n"
                  "                [--slow-handovers N] [--ttl-ms T] [--lock-delay-ms D] [--hold-ms H]\n"
                  "                [--etcd-unsafe-no-fsync] [--etcdctl-kill-handovers N] [--no-raw-floor]\n"

@@ -43,12 +43,16 @@ struct scenario_def {
     bool semaphore() const { return permits > 0; }
     // The term ends with a clean release: the session lives on and campaigns again.
     // (transfer: the session lives on too; the key goes straight to the target.)
-    bool releases() const { return name == "clean" || name == "prio-clean" || name == "transfer" || semaphore(); }
+    bool releases() const {
+        return name == "clean" || name == "handoff" || name == "prio-clean" || name == "transfer" || semaphore();
+    }
 };
 
 inline std::vector<scenario_def> const all_scenarios = {
     {"clean", "clean release (?release=)", false, false, leader_kind::candidate,
      "resign (delete the key)", true},
+    {"handoff", "clean release, default options (handoff to the longest waiter)", false, false,
+     leader_kind::candidate, ""},
     {"destroy-0", "session destroyed, LockDelay 0", false, false, leader_kind::candidate, "lease revoked"},
     {"destroy", "session destroyed, LockDelay D", true, false, leader_kind::candidate, ""},
     {"check-fail", "bound health check set critical", true, false, leader_kind::candidate, ""},
