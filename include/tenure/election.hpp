@@ -118,9 +118,14 @@ struct election_options {
     /// same transaction takes the candidate's registry entry out, so the new
     /// holder sends nothing more. It reads the registry first, except with
     /// shared_watch (the snapshot shows the candidate to hand to, guarded by
-    /// the registry's `.seen` key) or when this session last saw it empty and
-    /// nobody has registered since: then the release is one unlock
-    /// transaction guarded by that. False, or with quick_retake (made for one
+    /// the registry's `.seen` key), when this session last saw it empty and
+    /// nobody has registered since (the release is then one unlock
+    /// transaction guarded by that), or when it knows whom to hand to: a
+    /// holder learns that from its own lock transaction, or, given the key by
+    /// a handover, from one registry read in the background while it holds
+    /// it. That handover is guarded by the priority marker (a candidate
+    /// ranked before the one named since voids it, and the release reads
+    /// after all). False, or with quick_retake (made for one
     /// process taking the key again and again): a plain unlock. Consul only.
     bool handoff_on_release = true;
 };

@@ -185,27 +185,41 @@ consul::txn_op named_in_marker(std::string const& key, std::string const& sessio
     return guard;
 }
 
-asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
-                                     registry_view const& reg, bool always) {
+asio::awaitable<std::optional<consul::kv_pair>> name_next_best(consul::client& c, std::string const& key,
+                                                               std::string const& self, registry_view const& reg,
+                                                               bool always) {
     auto const& marker = reg.marker;
     auto const known = marker ? decode_priority_marker(marker->value) : std::nullopt;
-    if (!always && !(known && (known->first == self || known->first.empty()))) co_return;
-    std::uint64_t const at = marker ? marker->modify_index : 0;
     auto const best = std::find_if(reg.live.begin(), reg.live.end(),
                                    [&](candidate_info const& ci) { return ci.session != self; });
+    if (!always && !(known && (known->first == self || known->first.empty()))) {
+        if (known && best != reg.live.end() && known->first == best->session && marker->session == best->session)
+            co_return marker;
+        co_return std::nullopt;
+    }
+    std::uint64_t const at = marker ? marker->modify_index : 0;
     if (best == reg.live.end()) {
         std::string mk = priority_marker_key(key);  // named: see read_registry
         if (at != 0) co_await coro(c).kv_delete(std::move(mk), at);
-        co_return;
+        co_return std::nullopt;
     }
     if (known && known->first == best->session && known->priority == best->priority && marker->session == best->session)
-        co_return;
+        co_return marker;
     for (bool locked : {true, false}) {
         std::vector<consul::txn_op> ops;
         append_naming_ops(ops, key, at, *best, locked);
-        auto const r = co_await coro(c).txn(std::move(ops));
-        if (!refused_for_lock_delay(r)) co_return;  // named, or the marker moved: a better one stays
+        auto r = co_await coro(c).txn(std::move(ops));
+        if (r.committed) {
+            // The marker's answer is the last: the lock (or the cas) that wrote
+            // it. A write's answer leaves the value out (as Consul's does).
+            if (r.results.empty() || r.results.back().key != priority_marker_key(key)) co_return std::nullopt;
+            auto written = std::move(r.results.back());
+            written.value = encode_priority_marker(best->priority, best->session);
+            co_return written;
+        }
+        if (!refused_for_lock_delay(r)) co_return std::nullopt;  // the marker moved: a better one stays
     }
+    co_return std::nullopt;
 }
 
 std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& live, std::string const& target,
@@ -245,7 +259,7 @@ public:
     std::vector<consul::txn_op> ops(bool lock_marker) const {
         std::uint64_t const marker_at = marker_ ? marker_->modify_index : 0;
         std::vector<consul::txn_op> ops;
-        ops.reserve(10);
+        ops.reserve(11);
         if (guard_) ops.push_back(*guard_);
         consul::txn_op& waits = ops.emplace_back();
         waits.verb = "check-session";
@@ -281,6 +295,15 @@ public:
         seen.verb = "set";
         seen.key = registry_seen_key(key_);
         seen.value = std::to_string(random_seed());
+        if (next_) {
+            // The one named next still waits: the registry may have been
+            // read long ago (a holder's note, handover_note), and a marker
+            // naming a candidate that left would cost the next freeing a read.
+            consul::txn_op& still = ops.emplace_back();
+            still.verb = "check-session";
+            still.key = candidate_key(key_, next_->session);
+            still.session = next_->session;
+        }
         if (!live_) {
             // Read back, for the caller to name the next best from.
             consul::txn_op& tree = ops.emplace_back();

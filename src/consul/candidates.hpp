@@ -129,9 +129,12 @@ asio::awaitable<std::optional<std::uint64_t>> waits_as_candidate(consul::client&
 // registry as the transaction that removed its entry left it: when the
 // marker names `self` (or nobody), or with `always`, name the best candidate
 // still waiting; an empty registry removes the marker. Compare-and-set: a
-// better candidate that named itself meanwhile stays.
-asio::awaitable<void> name_next_best(consul::client& c, std::string const& key, std::string const& self,
-                                     registry_view const& reg, bool always);
+// better candidate that named itself meanwhile stays. Returns the marker as
+// it now names the best candidate of `reg` (written, or already so); nullopt
+// when it names nobody or another (the caller knows no handover target).
+asio::awaitable<std::optional<consul::kv_pair>> name_next_best(consul::client& c, std::string const& key,
+                                                               std::string const& self, registry_view const& reg,
+                                                               bool always);
 
 // The candidate `target` names (a session id, else the best-ranked of that
 // session name) among `live`, skipping `self`.

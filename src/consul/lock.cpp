@@ -132,10 +132,12 @@ asio::awaitable<void> consul_lock_scope::send_release_once() {
         // Hand the key to the best waiting candidate in one transaction (no
         // race between the followers, no gap); look again if it left meanwhile.
         auto& owner = static_cast<consul_session&>(*session);
+        auto noted = owner.take_handover_note(key);  // taken in any case: a note serves one release
         if (auto const seen = consul_session::take_note(owner.registry_empty_at, key))
             if (co_await release_if_nobody_waits(*seen)) co_return;
         // A failure to read or hand over falls back to the plain release.
         if (hub && co_await hand_over_from_snapshot()) co_return;
+        if (noted && co_await hand_over(handover_from_note(std::move(*noted)))) co_return;
         if (co_await hand_over_from_registry()) co_return;
         transfer_target.clear();
     }
@@ -228,7 +230,7 @@ asio::awaitable<void> consul_lock_scope::unlock_noting_index() {
         static_cast<consul_session&>(*session).note_released(key, r.results.front().modify_index);
 }
 
-std::optional<consul_lock_scope::snapshot_handover> consul_lock_scope::handover_in_snapshot() const {
+std::optional<consul_lock_scope::planned_handover> consul_lock_scope::handover_in_snapshot() const {
     // Looked at in place (peek: no copies); only the marker is kept.
     auto const marker = hub->peek(priority_marker_key(key));
     if (!marker || !*marker) return std::nullopt;
@@ -243,7 +245,7 @@ std::optional<consul_lock_scope::snapshot_handover> consul_lock_scope::handover_
     if (!target || !seen) return std::nullopt;
     // Nobody registered or left since the snapshot (every registration and
     // removal moves `.seen`), so the marker's candidate is still the best.
-    snapshot_handover h{std::move(*target), **marker, {}};
+    planned_handover h{std::move(*target), **marker, {}};
     h.guard.key = std::move(seen_key);
     if (*seen) {
         h.guard.verb = "check-index";
@@ -257,9 +259,33 @@ std::optional<consul_lock_scope::snapshot_handover> consul_lock_scope::handover_
 asio::awaitable<bool> consul_lock_scope::hand_over_from_snapshot() {
     auto h = handover_in_snapshot();
     if (!h) co_return false;
-    transfer_target = h->target.session;
+    co_return co_await hand_over(std::move(*h));
+}
+
+consul_lock_scope::planned_handover consul_lock_scope::handover_from_note(handover_note n) {
+    planned_handover h{n.live.front(), std::move(n.marker), {}, std::move(n.live)};
+    h.guard.verb = "check-index";
+    h.guard.key = h.marker->key;
+    h.guard.index = h.marker->modify_index;
+    return h;
+}
+
+void consul_session::note_handover(std::string const& key, std::vector<candidate_info> const& live,
+                                   consul::kv_pair marker) {
+    auto const named = decode_priority_marker(marker.value);
+    handover_note n{{}, std::move(marker)};
+    std::copy_if(live.begin(), live.end(), std::back_inserter(n.live), [&](candidate_info const& c) { return c.session != id; });
+    if (n.live.empty() || !named || named->first != n.live.front().session) return;
+    if (handover_notes.size() >= 4096 && !handover_notes.contains(key)) handover_notes.clear();
+    handover_notes.insert_or_assign(key, std::move(n));
+    if (auto const it = registry_empty_at.find(key); it != registry_empty_at.end()) it->second = taken;
+}
+
+asio::awaitable<bool> consul_lock_scope::hand_over(planned_handover h) {
+    transfer_target = h.target.session;
     try {
-        auto out = co_await transfer_txn(client, key, session->id, value, h->target, h->marker, nullptr, &h->guard);
+        auto out = co_await transfer_txn(client, key, session->id, value, h.target, h.marker,
+                                         h.live.empty() ? nullptr : &h.live, &h.guard);
         if (out.held) {
             if (out.after) name_after_handover(std::move(*out.after));
             co_return true;
@@ -537,6 +563,9 @@ struct candidate_registration {
     // (an entry written since means it waits anew: the naming may be stale).
     std::optional<priority_marker> named_seen;
     std::uint64_t named_seen_at = 0;
+    // Once the lock took the entry out: note whom a release would hand the
+    // key to (consul_session::handover_notes; without a hub's snapshot).
+    bool note_target = false;
 
     candidate_registration(std::shared_ptr<consul_session> s, std::string k) : session(std::move(s)), key(std::move(k)) {}
     candidate_registration(candidate_registration const&) = delete;
@@ -592,9 +621,11 @@ struct candidate_registration {
                                         [&](candidate_info const& c) { return c.session != session->id; });
         // What a release would read first: nobody waits, as of .seen's index.
         if (alone) session->note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
-        session->spawn_owned([s = session, k = key, reg = std::move(reg), always = name_next]() -> asio::awaitable<void> {
+        session->spawn_owned([s = session, k = key, reg = std::move(reg), always = name_next,
+                              note = note_target && !alone]() -> asio::awaitable<void> {
             try {
-                co_await name_next_best(s->client, k, s->id, reg, always);
+                auto marker = co_await name_next_best(s->client, k, s->id, reg, always);
+                if (note && marker) s->note_handover(k, reg.live, std::move(*marker));
             } catch (system_error const&) {
                 // The marker stays as it was: the next freeing reads the registry.
             }
@@ -603,39 +634,85 @@ struct candidate_registration {
 
     ~candidate_registration() {
         if (!active) return;
-        session->spawn_owned([s = session, k = key, won = won, at = modify_index,
-                              always = name_next]() -> asio::awaitable<void> {
-            try {
-                // Only while the entry is still ours: a handover to us took
-                // it out already (transfer_txn), and `.seen` must not move
-                // for nothing.
-                std::string const entry = candidate_key(k, s->id);
-                consul::txn_op ours;
-                ours.verb = "check-session";
-                ours.key = entry;
-                ours.session = s->id;
-                std::vector<consul::txn_op> ops{std::move(ours)};
-                for (auto& op : removal_ops(k, s->id, at)) ops.push_back(std::move(op));
-                auto t = co_await coro(s->client).txn(std::move(ops));
-                if (t.committed) {
-                    std::erase_if(t.results, [&](consul::kv_pair const& p) { return p.key == entry; });
-                    auto const reg = parse_registry(k, t.results, 0);
-                    co_await name_next_best(s->client, k, s->id, reg, always);
-                }
-                if (won) co_return;
-                auto r = co_await coro(s->client).kv_get(k, consistent_read());
-                if (!r.value || r.value->session != s->id) co_return;
-                bool in_use = std::any_of(s->scopes.begin(), s->scopes.end(), [&](std::weak_ptr<scope_state> const& w) {
-                    auto live = w.lock();
-                    return live && live->key == k && live->status == scope_status::held;
-                });
-                if (!in_use) co_await coro(s->client).kv_release(k, s->id, r.value->value, consul::lock_flag_value);
-            } catch (system_error const&) {
-                // The session's end takes the entry (and any key) along.
-            }
+        session->spawn_owned([s = session, k = key, won = won, at = modify_index, always = name_next]() {
+            return withdraw(s, k, won, at, always);
         });
     }
+
+    // Takes `s`'s entry on `k` out (at its ModifyIndex `at`, 0: whatever it
+    // is) and names the next best; an acquire that ended without the key
+    // (`won` false) while a handoff to it was landing gives the key back.
+    static asio::awaitable<void> withdraw(std::shared_ptr<consul_session> s, std::string k, bool won, std::uint64_t at,
+                                          bool always) {
+        try {
+            // Only while the entry is still ours: a handover to us took
+            // it out already (transfer_txn), and `.seen` must not move
+            // for nothing.
+            std::string const entry = candidate_key(k, s->id);
+            consul::txn_op ours;
+            ours.verb = "check-session";
+            ours.key = entry;
+            ours.session = s->id;
+            std::vector<consul::txn_op> ops{std::move(ours)};
+            for (auto& op : removal_ops(k, s->id, at)) ops.push_back(std::move(op));
+            auto t = co_await coro(s->client).txn(std::move(ops));
+            if (t.committed) {
+                std::erase_if(t.results, [&](consul::kv_pair const& p) { return p.key == entry; });
+                auto const reg = parse_registry(k, t.results, 0);
+                co_await name_next_best(s->client, k, s->id, reg, always);
+            }
+            if (won) co_return;
+            auto r = co_await coro(s->client).kv_get(k, consistent_read());
+            if (!r.value || r.value->session != s->id) co_return;
+            bool in_use = std::any_of(s->scopes.begin(), s->scopes.end(), [&](std::weak_ptr<scope_state> const& w) {
+                auto live = w.lock();
+                return live && live->key == k && live->status == scope_status::held;
+            });
+            if (!in_use) co_await coro(s->client).kv_release(k, s->id, r.value->value, consul::lock_flag_value);
+        } catch (system_error const&) {
+            // The session's end takes the entry (and any key) along.
+        }
+    }
 };
+
+// After a handover to `s` (no lock transaction of its own, so no read-back),
+// in place of the entry's removal: the handover's transaction took the entry
+// out. One registry read, in the background while `s` holds the key, shows
+// that, and whom a release would hand the key to (handover_note): the
+// release then needs no read. A registrant ranked after the one named does
+// not spoil the note. An entry still there is taken out as usual.
+asio::awaitable<void> after_handover_to(std::shared_ptr<consul_session> s, std::string key, std::uint64_t entry_at,
+                                        bool always) {
+    registry_view reg;
+    bool read = true;
+    try {
+        reg = co_await read_registry(s->client, key, false);
+    } catch (system_error const&) {
+        read = false;  // remove the entry as without the read
+    }
+    auto const ours = [&](auto const& c) { return c.session == s->id; };
+    if (!read || std::any_of(reg.live.begin(), reg.live.end(), ours)) {
+        co_await candidate_registration::withdraw(s, key, true, entry_at, always);
+        co_return;
+    }
+    auto const best = std::find_if(reg.live.begin(), reg.live.end(), std::not_fn(ours));
+    if (best == reg.live.end()) co_return;
+    auto const named = reg.marker ? decode_priority_marker(reg.marker->value) : std::nullopt;
+    if (named && named->first == best->session) {
+        s->note_handover(key, reg.live, std::move(*reg.marker));
+        co_return;
+    }
+    // Nobody named the best: it registered after the one who handed over
+    // last read the registry (the one named then took the marker with it).
+    // Naming it now keeps the order for an invalidation, and the note for
+    // our release.
+    try {
+        if (auto marker = co_await name_next_best(s->client, key, s->id, reg, true))
+            s->note_handover(key, reg.live, std::move(*marker));
+    } catch (system_error const&) {
+        // No note: the release reads the registry.
+    }
+}
 
 }  // namespace
 
@@ -898,6 +975,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
     lock_op.session = id;
 
     candidate_registration reg(self, key);
+    bool const note_targets = !hub && eopts.handoff_on_release && !quick_retake;
+    reg.note_target = note_targets;
     std::optional<clock::time_point> free_since;  // when this waiting candidate saw the key free
     clock::duration const grace =
         std::max<clock::duration>(clock::duration::zero(), std::chrono::duration_cast<clock::duration>(eopts.priority_grace));
@@ -969,6 +1048,12 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             if (hub) {
                 auto const entry = hub->peek(candidate_key(key, id));
                 if (entry && !*entry) reg.active = false;
+            }
+            if (note_targets && reg.active) {
+                reg.active = false;  // after_handover_to sees to the entry
+                spawn_owned([self, key, at = reg.modify_index, always = reg.name_next]() {
+                    return after_handover_to(self, key, at, always);
+                });
             }
             co_return acquired(*pair);
         }

@@ -27,6 +27,18 @@ asio::awaitable<consul::txn_result> consul_guarded_txn(consul::client& c, std::s
 // scope_state::fenced_write of a Consul scope (its key, its session).
 asio::awaitable<bool> consul_fenced_write(consul::client& c, scope_state const& s, std::vector<write_op> writes);
 
+// The candidates a holder of a key would hand it to (best first, the holder
+// not among them), and the marker naming the first, as the holder last saw
+// them. The release hands the key over in one transaction guarded by the
+// marker's ModifyIndex, with no registry read: a registrant ranked before the
+// one named rewrites the marker, one ranked after does not, and the
+// transaction checks that the target still waits. It names the next of
+// `live` in the same transaction, so the new holder finds the marker right.
+struct handover_note {
+    std::vector<candidate_info> live;
+    consul::kv_pair marker;
+};
+
 struct consul_lock_scope final : scope_state {
     consul_lock_scope(std::shared_ptr<session_impl> s, std::string k, std::string v, consul::client& c,
                       std::shared_ptr<kv_watch_hub> h = nullptr)
@@ -80,12 +92,20 @@ private:
     // waiting), guarded by `.seen` as that snapshot has it: no registry read.
     // False when the snapshot shows none, or it was refused.
     asio::awaitable<bool> hand_over_from_snapshot();
-    struct snapshot_handover {
+    // A handover planned without a read: to `target`, guarded by `guard`,
+    // the marker as it was seen (for its compare-and-delete).
+    struct planned_handover {
         candidate_info target;
         std::optional<consul::kv_pair> marker;
         consul::txn_op guard;
+        std::vector<candidate_info> live;  // empty: the handover reads the registry back to name the next
     };
-    std::optional<snapshot_handover> handover_in_snapshot() const;
+    std::optional<planned_handover> handover_in_snapshot() const;
+    // From consul_session::handover_notes: guarded by the marker's index.
+    static planned_handover handover_from_note(handover_note n);
+    // False when refused (the caller reads the registry), true when handed
+    // over or the key was no longer ours.
+    asio::awaitable<bool> hand_over(planned_handover h);
     asio::awaitable<bool> hand_over_from_registry();
     asio::awaitable<void> unlock_noting_index();
     // After a handover from the snapshot went through: name the next best
@@ -114,7 +134,26 @@ struct consul_session final : session_impl {
     // of the key is a check-index + unlock transaction, no registry read.
     std::unordered_map<std::string, std::uint64_t> registry_empty_at;
 
-    void note_registry_empty(std::string const& key, std::uint64_t seen_index) { note(registry_empty_at, key, seen_index); }
+    // Keys this session holds (or last held) with a candidate waiting: the
+    // best one and the marker naming it, as this session last saw them (its
+    // lock transaction's read-back and naming, or a read after a handover to
+    // it). See handover_note.
+    std::unordered_map<std::string, handover_note> handover_notes;
+
+    void note_registry_empty(std::string const& key, std::uint64_t seen_index) {
+        handover_notes.erase(key);
+        note(registry_empty_at, key, seen_index);
+    }
+    // `live`: the registry's live candidates, best first; noted when the
+    // marker names the best of them other than this session.
+    void note_handover(std::string const& key, std::vector<candidate_info> const& live, consul::kv_pair marker);
+    std::optional<handover_note> take_handover_note(std::string const& key) {
+        auto const it = handover_notes.find(key);
+        if (it == handover_notes.end()) return std::nullopt;
+        std::optional<handover_note> n{std::move(it->second)};
+        handover_notes.erase(it);
+        return n;
+    }
     void note_released(std::string const& key, std::uint64_t modify_index) { note(released_at, key, modify_index); }
 
     // Takes the note of `key` (nullopt: none). Its entry stays, marked taken,

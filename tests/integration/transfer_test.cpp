@@ -24,6 +24,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <array>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -528,6 +529,118 @@ BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) 
             co_await await_candidates(key, 0);
             co_await await_marker(key, "");
             co_await x.scope->release();
+        }
+    });
+}
+
+// A holder that got the key by a handover reads the registry once, in the
+// background while it holds the key, and notes whom it would hand over to:
+// its release is then the handover's one transaction, with no read first,
+// and names the next candidate in that transaction. The agent counts the
+// non-blocking reads of the KV store (its latency histogram leaves blocking
+// queries out); x and y are made quiet (quick_retake: no read of their own
+// when they get the key), so the holders' reads are all that count.
+BOOST_AUTO_TEST_CASE(a_release_after_a_handover_reads_nothing_first) {
+    run([&]() -> asio::awaitable<void> {
+        std::string const key = "itest/noted/leader";
+        asio::steady_timer wake(io, steady::time_point::max());
+        auto const reads = [&] { return agent.metric("tenure_http_request_duration_seconds_count{endpoint=\"kv\""); };
+        auto hs = co_await session("holder");
+        tenure::election he(hs, key, "h");
+        auto lead = co_await he.acquire();
+        tenure::election_options quiet;
+        quiet.quick_retake = true;
+        candidate w, x, y;
+        co_await enroll(w, "w", key);
+        co_await enroll(x, "x", key, quiet);
+        co_await enroll(y, "y", key, quiet);
+        w.start(wake);
+        co_await await_candidates(key, 1);
+        x.start(wake);
+        co_await await_candidates(key, 2);
+        y.start(wake);
+        co_await await_candidates(key, 3);
+        co_await await_marker(key, w.session.id());
+
+        // h saw the registry empty when it took the key: its release reads
+        // it, then hands over to w. w then reads it once in the background.
+        double const before = reads();
+        co_await lead.release();
+        co_await wait_for(wake, [&] { return w.done; });
+        BOOST_TEST_REQUIRE(w.scope.has_value());
+        while (reads() < before + 2) co_await tenure::itest::pause(1ms);
+        // The agent counts a read as it answers: one more round trip on this
+        // io_context lets w take in the answer it had already been sent.
+        co_await read_key(key);
+
+        double const held = reads();
+        co_await w.scope->release();
+        co_await wait_for(wake, [&] { return x.done; });
+        BOOST_TEST(reads() - held == 0.0, "w read " << reads() - held << " times to hand over");
+        BOOST_TEST_REQUIRE(x.scope.has_value());
+        BOOST_TEST(!y.done);
+        co_await await_marker(key, y.session.id());  // named by the handover's transaction
+        co_await x.scope->release();
+        co_await wait_for(wake, [&] { return y.done; });
+        BOOST_TEST_REQUIRE(y.scope.has_value());
+        co_await y.scope->release();
+    });
+}
+
+// What a holder noted can go stale while it holds the key: the one it would
+// hand over to stops waiting, or a better candidate arrives. The marker moves
+// in both cases, the noted handover is refused, and the release reads the
+// registry and hands over to the right candidate.
+BOOST_AUTO_TEST_CASE(a_noted_handover_gone_stale_goes_to_the_best_candidate) {
+    run([&]() -> asio::awaitable<void> {
+        asio::steady_timer wake(io, steady::time_point::max());
+        for (bool const better_arrives : {false, true}) {
+            std::string const key = better_arrives ? "itest/noted-stale/better/leader" : "itest/noted-stale/left/leader";
+            auto const reads = [&] { return agent.metric("tenure_http_request_duration_seconds_count{endpoint=\"kv\""); };
+            auto hs = co_await session("holder");
+            tenure::election he(hs, key, "h");
+            auto lead = co_await he.acquire();
+            candidate w, x, y, z;
+            co_await enroll(w, "w", key);
+            co_await enroll(x, "x", key);
+            co_await enroll(y, "y", key);
+            w.start(wake);
+            co_await await_candidates(key, 1);
+            x.start(wake);
+            co_await await_candidates(key, 2);
+            y.start(wake);
+            co_await await_candidates(key, 3);
+            double const before = reads();
+            co_await lead.release();
+            co_await wait_for(wake, [&] { return w.done; });
+            BOOST_TEST_REQUIRE(w.scope.has_value());
+            while (reads() < before + 2) co_await tenure::itest::pause(1ms);  // w read the registry
+            co_await read_key(key);  // and took in the answer (see above): it noted x
+
+            candidate* expected = &y;
+            if (better_arrives) {
+                auto const first = with_priority(5);
+                co_await enroll(z, "z", key, first);
+                z.start(wake);
+                co_await await_marker(key, z.session.id());
+                expected = &z;
+            } else {
+                x.cancel.emit(asio::cancellation_type::terminal);  // x gives up: its removal names y
+                co_await wait_for(wake, [&] { return x.done; });
+                co_await await_marker(key, y.session.id());
+            }
+            co_await w.scope->release();
+            co_await wait_for(wake, [&] { return expected->done; });
+            BOOST_TEST(!expected->ec, "better_arrives " << better_arrives << ": " << expected->ec.message());
+            BOOST_TEST_REQUIRE(expected->scope.has_value());
+            if (better_arrives) BOOST_TEST(!x.done, "x took the key before z, who ranks first");
+            std::array<candidate*, 3> const others{&x, &y, &z};
+            for (candidate* c : others)
+                if (c->election && !c->done) c->cancel.emit(asio::cancellation_type::terminal);
+            co_await wait_for(wake, [&] {
+                return std::all_of(others.begin(), others.end(), [](candidate* c) { return !c->election || c->done; });
+            });
+            co_await expected->scope->release();
         }
     });
 }
