@@ -681,36 +681,45 @@ struct candidate_registration {
 // that, and whom a release would hand the key to (handover_note): the
 // release then needs no read. A registrant ranked after the one named does
 // not spoil the note. An entry still there is taken out as usual.
+// The read waits `settle` (the monitor's delay) first: the old holder often
+// campaigns again at once, and if it ranks before the one named, a note
+// read before its registration would be refused at the release.
 asio::awaitable<void> after_handover_to(std::shared_ptr<consul_session> s, std::string key, std::uint64_t entry_at,
-                                        bool always) {
-    registry_view reg;
-    bool read = true;
-    try {
-        reg = co_await read_registry(s->client, key, false);
-    } catch (system_error const&) {
-        read = false;  // remove the entry as without the read
-    }
+                                        bool always, clock::duration settle) {
+    if (settle > clock::duration::zero()) co_await sleep_until(clock::now() + settle);
     auto const ours = [&](auto const& c) { return c.session == s->id; };
-    if (!read || std::any_of(reg.live.begin(), reg.live.end(), ours)) {
-        co_await candidate_registration::withdraw(s, key, true, entry_at, always);
-        co_return;
-    }
-    auto const best = std::find_if(reg.live.begin(), reg.live.end(), std::not_fn(ours));
-    if (best == reg.live.end()) co_return;
-    auto const named = reg.marker ? decode_priority_marker(reg.marker->value) : std::nullopt;
-    if (named && named->first == best->session) {
-        s->note_handover(key, reg.live, std::move(*reg.marker));
-        co_return;
-    }
-    // Nobody named the best: it registered after the one who handed over
-    // last read the registry (the one named then took the marker with it).
-    // Naming it now keeps the order for an invalidation, and the note for
-    // our release.
-    try {
-        if (auto marker = co_await name_next_best(s->client, key, s->id, reg, true))
-            s->note_handover(key, reg.live, std::move(*marker));
-    } catch (system_error const&) {
-        // No note: the release reads the registry.
+    for (int look = 0; look < 2; ++look) {
+        registry_view reg;
+        bool read = true;
+        try {
+            reg = co_await read_registry(s->client, key, false);
+        } catch (system_error const&) {
+            read = false;  // remove the entry as without the read
+        }
+        if (!read || std::any_of(reg.live.begin(), reg.live.end(), ours)) {
+            if (look == 0) co_await candidate_registration::withdraw(s, key, true, entry_at, always);
+            co_return;
+        }
+        auto const best = std::find_if(reg.live.begin(), reg.live.end(), std::not_fn(ours));
+        if (best == reg.live.end()) co_return;
+        auto const named = reg.marker ? decode_priority_marker(reg.marker->value) : std::nullopt;
+        if (named && named->first == best->session) {
+            s->note_handover(key, reg.live, std::move(*reg.marker));
+            co_return;
+        }
+        // Nobody named the best: it registered after the one who handed
+        // over last read the registry (the one named then took the marker
+        // with it), or it is naming itself right now. Naming it keeps the
+        // order for an invalidation, and the note for our release; when
+        // that loses to the registrant's own naming, one more look.
+        try {
+            if (auto marker = co_await name_next_best(s->client, key, s->id, reg, true)) {
+                s->note_handover(key, reg.live, std::move(*marker));
+                co_return;
+            }
+        } catch (system_error const&) {
+            co_return;  // no note: the release reads the registry
+        }
     }
 }
 
@@ -1051,8 +1060,10 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             }
             if (note_targets && reg.active) {
                 reg.active = false;  // after_handover_to sees to the entry
-                spawn_owned([self, key, at = reg.modify_index, always = reg.name_next]() {
-                    return after_handover_to(self, key, at, always);
+                auto const settle = std::clamp<clock::duration>(
+                    std::chrono::duration_cast<clock::duration>(eopts.monitor_delay), clock::duration::zero(), 1s);
+                spawn_owned([self, key, at = reg.modify_index, always = reg.name_next, settle]() {
+                    return after_handover_to(self, key, at, always, settle);
                 });
             }
             co_return acquired(*pair);
