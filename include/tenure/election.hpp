@@ -123,9 +123,9 @@ struct election_options {
     /// transaction guarded by that), or when it knows whom to hand to: a
     /// holder learns that from its own lock transaction, or, given the key by
     /// a handover, from one registry read in the background while it holds
-    /// it. That handover is guarded by the priority marker (a candidate
-    /// ranked before the one named since voids it, and the release reads
-    /// after all). False, or with quick_retake (made for one
+    /// it. That handover is guarded by `.seen` as that read saw it (a
+    /// registration or removal since voids it, and the release reads after
+    /// all). False, or with quick_retake (made for one
     /// process taking the key again and again): a plain unlock. Consul only.
     bool handoff_on_release = true;
 };

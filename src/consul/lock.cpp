@@ -262,18 +262,22 @@ asio::awaitable<bool> consul_lock_scope::hand_over_from_snapshot() {
     co_return co_await hand_over(std::move(*h));
 }
 
-consul_lock_scope::planned_handover consul_lock_scope::handover_from_note(handover_note n) {
+consul_lock_scope::planned_handover consul_lock_scope::handover_from_note(handover_note n) const {
     planned_handover h{n.live.front(), std::move(n.marker), {}, std::move(n.live)};
-    h.guard.verb = "check-index";
-    h.guard.key = h.marker->key;
-    h.guard.index = h.marker->modify_index;
+    h.guard.key = registry_seen_key(key);
+    if (n.seen_index != 0) {
+        h.guard.verb = "check-index";
+        h.guard.index = n.seen_index;
+    } else {
+        h.guard.verb = "check-not-exists";
+    }
     return h;
 }
 
 void consul_session::note_handover(std::string const& key, std::vector<candidate_info> const& live,
-                                   consul::kv_pair marker) {
+                                   consul::kv_pair marker, std::optional<consul::kv_pair> const& seen) {
     auto const named = decode_priority_marker(marker.value);
-    handover_note n{{}, std::move(marker)};
+    handover_note n{{}, std::move(marker), seen ? seen->modify_index : 0};
     std::copy_if(live.begin(), live.end(), std::back_inserter(n.live), [&](candidate_info const& c) { return c.session != id; });
     if (n.live.empty() || !named || named->first != n.live.front().session) return;
     if (handover_notes.size() >= 4096 && !handover_notes.contains(key)) handover_notes.clear();
@@ -625,7 +629,7 @@ struct candidate_registration {
                               note = note_target && !alone]() -> asio::awaitable<void> {
             try {
                 auto marker = co_await name_next_best(s->client, k, s->id, reg, always);
-                if (note && marker) s->note_handover(k, reg.live, std::move(*marker));
+                if (note && marker) s->note_handover(k, reg.live, std::move(*marker), reg.seen);
             } catch (system_error const&) {
                 // The marker stays as it was: the next freeing reads the registry.
             }
@@ -704,7 +708,7 @@ asio::awaitable<void> after_handover_to(std::shared_ptr<consul_session> s, std::
         if (best == reg.live.end()) co_return;
         auto const named = reg.marker ? decode_priority_marker(reg.marker->value) : std::nullopt;
         if (named && named->first == best->session) {
-            s->note_handover(key, reg.live, std::move(*reg.marker));
+            s->note_handover(key, reg.live, std::move(*reg.marker), reg.seen);
             co_return;
         }
         // Nobody named the best: it registered after the one who handed
@@ -714,7 +718,7 @@ asio::awaitable<void> after_handover_to(std::shared_ptr<consul_session> s, std::
         // that loses to the registrant's own naming, one more look.
         try {
             if (auto marker = co_await name_next_best(s->client, key, s->id, reg, true)) {
-                s->note_handover(key, reg.live, std::move(*marker));
+                s->note_handover(key, reg.live, std::move(*marker), reg.seen);
                 co_return;
             }
         } catch (system_error const&) {

@@ -29,14 +29,15 @@ asio::awaitable<bool> consul_fenced_write(consul::client& c, scope_state const& 
 
 // The candidates a holder of a key would hand it to (best first, the holder
 // not among them), and the marker naming the first, as the holder last saw
-// them. The release hands the key over in one transaction guarded by the
-// marker's ModifyIndex, with no registry read: a registrant ranked before the
-// one named rewrites the marker, one ranked after does not, and the
-// transaction checks that the target still waits. It names the next of
-// `live` in the same transaction, so the new holder finds the marker right.
+// them. The release hands the key over in one transaction with no registry
+// read, guarded by `.seen` as the holder saw it (every registration and
+// removal moves it, so the first of `live` is still the best), as the hub's
+// snapshot handover is. It names the next of `live` in the same
+// transaction, so the new holder finds the marker right.
 struct handover_note {
     std::vector<candidate_info> live;
     consul::kv_pair marker;
+    std::uint64_t seen_index = 0;  // `.seen`'s ModifyIndex (0: absent)
 };
 
 struct consul_lock_scope final : scope_state {
@@ -101,8 +102,8 @@ private:
         std::vector<candidate_info> live;  // empty: the handover reads the registry back to name the next
     };
     std::optional<planned_handover> handover_in_snapshot() const;
-    // From consul_session::handover_notes: guarded by the marker's index.
-    static planned_handover handover_from_note(handover_note n);
+    // From consul_session::handover_notes: guarded by `.seen`'s index.
+    planned_handover handover_from_note(handover_note n) const;
     // False when refused (the caller reads the registry), true when handed
     // over or the key was no longer ours.
     asio::awaitable<bool> hand_over(planned_handover h);
@@ -146,7 +147,8 @@ struct consul_session final : session_impl {
     }
     // `live`: the registry's live candidates, best first; noted when the
     // marker names the best of them other than this session.
-    void note_handover(std::string const& key, std::vector<candidate_info> const& live, consul::kv_pair marker);
+    void note_handover(std::string const& key, std::vector<candidate_info> const& live, consul::kv_pair marker,
+                       std::optional<consul::kv_pair> const& seen);
     std::optional<handover_note> take_handover_note(std::string const& key) {
         auto const it = handover_notes.find(key);
         if (it == handover_notes.end()) return std::nullopt;

@@ -588,8 +588,8 @@ BOOST_AUTO_TEST_CASE(a_release_after_a_handover_reads_nothing_first) {
 }
 
 // What a holder noted can go stale while it holds the key: the one it would
-// hand over to stops waiting, or a better candidate arrives. The marker moves
-// in both cases, the noted handover is refused, and the release reads the
+// hand over to stops waiting, or a better candidate arrives. `.seen` moves in
+// both cases, the noted handover is refused, and the release reads the
 // registry and hands over to the right candidate.
 BOOST_AUTO_TEST_CASE(a_noted_handover_gone_stale_goes_to_the_best_candidate) {
     run([&]() -> asio::awaitable<void> {
