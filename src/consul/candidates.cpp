@@ -190,15 +190,14 @@ asio::awaitable<std::optional<consul::kv_pair>> name_next_best(consul::client& c
                                                                bool always) {
     auto const& marker = reg.marker;
     auto const known = marker ? decode_priority_marker(marker->value) : std::nullopt;
-    auto const best = std::find_if(reg.live.begin(), reg.live.end(),
-                                   [&](candidate_info const& ci) { return ci.session != self; });
+    auto const best = best_other_than(reg.live, self);
     if (!always && !(known && (known->first == self || known->first.empty()))) {
-        if (known && best != reg.live.end() && known->first == best->session && marker->session == best->session)
+        if (known && best && known->first == best->session && marker->session == best->session)
             co_return marker;
         co_return std::nullopt;
     }
     std::uint64_t const at = marker ? marker->modify_index : 0;
-    if (best == reg.live.end()) {
+    if (!best) {
         std::string mk = priority_marker_key(key);  // named: see read_registry
         if (at != 0) co_await coro(c).kv_delete(std::move(mk), at);
         co_return std::nullopt;

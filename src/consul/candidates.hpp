@@ -96,6 +96,13 @@ inline bool ranks_before(candidate_info const& a, candidate_info const& b) {
     return a.since < b.since;
 }
 
+// The best of `live` (best first) other than `self`; nullptr when none.
+inline candidate_info const* best_other_than(std::vector<candidate_info> const& live, std::string_view self) {
+    for (auto const& c : live)
+        if (c.session != self) return &c;
+    return nullptr;
+}
+
 // What one recursive read of `<key>` (or of the registry) shows.
 struct registry_view {
     std::optional<consul::kv_pair> lock;     // the lock key itself, if it was in the read

@@ -170,6 +170,12 @@ asio::awaitable<bool> consul_lock_scope::release_if_nobody_waits(std::uint64_t s
 }
 
 std::vector<consul::txn_op> consul_lock_scope::guarded_unlock_ops(std::uint64_t seen_index) const {
+    return txn_ops(seen_guard(seen_index), unlock_op());
+}
+
+// Holds while nobody registered or left since `.seen` was at `seen_index`
+// (0: it did not exist).
+consul::txn_op consul_lock_scope::seen_guard(std::uint64_t seen_index) const {
     consul::txn_op guard;
     guard.key = registry_seen_key(key);
     if (seen_index == 0) {
@@ -178,7 +184,7 @@ std::vector<consul::txn_op> consul_lock_scope::guarded_unlock_ops(std::uint64_t 
         guard.verb = "check-index";
         guard.index = seen_index;
     }
-    return txn_ops(std::move(guard), unlock_op());
+    return guard;
 }
 
 // The `unlock` op of this scope's key, by its session.
@@ -198,27 +204,26 @@ consul::txn_op consul_lock_scope::unlock_op() const {
 asio::awaitable<bool> consul_lock_scope::hand_over_from_registry() {
     auto& owner = static_cast<consul_session&>(*session);
     for (int attempt = 0; attempt < 3; ++attempt) {
-        std::optional<transfer_outcome> out;
+        registry_view reg;
         try {
-            auto reg = co_await read_registry(client, key, false);
-            if (!reg.stale.empty()) {
-                // Entries of ended sessions (behaviour release leaves them
-                // unlocked): removed in the background, owned by the session.
-                session->spawn_owned([c = &client, stale = reg.stale]() { return prune_stale(*c, stale); });
-            }
-            auto best = std::find_if(reg.live.begin(), reg.live.end(),
-                                     [&](candidate_info const& c) { return c.session != session->id; });
-            if (best == reg.live.end()) {
-                owner.note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
-                co_return false;
-            }
-            transfer_target = best->session;
-            out = co_await transfer_txn(client, key, session->id, value, *best, reg.marker, &reg.live);
+            reg = co_await read_registry(client, key, false);
         } catch (system_error const& e) {
             if (is_abort(e)) throw;
             co_return false;
         }
-        if (out->held || out->holder_lost) co_return true;  // handed over, or not ours to release any more
+        if (!reg.stale.empty()) {
+            // Entries of ended sessions (behaviour release leaves them
+            // unlocked): removed in the background, owned by the session.
+            session->spawn_owned([c = &client, stale = reg.stale]() { return prune_stale(*c, stale); });
+        }
+        auto const best = best_other_than(reg.live, session->id);
+        if (!best) {
+            owner.note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
+            co_return false;
+        }
+        // Unguarded: the marker's compare-and-set refuses a registry that moved.
+        planned_handover h{*best, std::move(reg.marker), std::nullopt, std::move(reg.live)};
+        if (co_await hand_over(std::move(h))) co_return true;
     }
     co_return false;
 }
@@ -245,15 +250,9 @@ std::optional<consul_lock_scope::planned_handover> consul_lock_scope::handover_i
     if (!target || !seen) return std::nullopt;
     // Nobody registered or left since the snapshot (every registration and
     // removal moves `.seen`), so the marker's candidate is still the best.
-    planned_handover h{std::move(*target), **marker, {}};
-    h.guard.key = std::move(seen_key);
-    if (*seen) {
-        h.guard.verb = "check-index";
-        h.guard.index = (*seen)->modify_index;
-    } else {
-        h.guard.verb = "check-not-exists";
-    }
-    return h;
+    // Nobody registered or left since the snapshot (every registration and
+    // removal moves `.seen`), so the marker's candidate is still the best.
+    return planned_handover{std::move(*target), **marker, seen_guard(*seen ? (*seen)->modify_index : 0), {}};
 }
 
 asio::awaitable<bool> consul_lock_scope::hand_over_from_snapshot() {
@@ -263,15 +262,8 @@ asio::awaitable<bool> consul_lock_scope::hand_over_from_snapshot() {
 }
 
 consul_lock_scope::planned_handover consul_lock_scope::handover_from_note(handover_note n) const {
-    planned_handover h{n.live.front(), std::move(n.marker), {}, std::move(n.live)};
-    h.guard.key = registry_seen_key(key);
-    if (n.seen_index != 0) {
-        h.guard.verb = "check-index";
-        h.guard.index = n.seen_index;
-    } else {
-        h.guard.verb = "check-not-exists";
-    }
-    return h;
+    auto target = n.live.front();
+    return planned_handover{std::move(target), std::move(n.marker), seen_guard(n.seen_index), std::move(n.live)};
 }
 
 void consul_session::note_handover(std::string const& key, std::vector<candidate_info> const& live,
@@ -289,7 +281,7 @@ asio::awaitable<bool> consul_lock_scope::hand_over(planned_handover h) {
     transfer_target = h.target.session;
     try {
         auto out = co_await transfer_txn(client, key, session->id, value, h.target, h.marker,
-                                         h.live.empty() ? nullptr : &h.live, &h.guard);
+                                         h.live.empty() ? nullptr : &h.live, h.guard ? &*h.guard : nullptr);
         if (out.held) {
             if (out.after) name_after_handover(std::move(*out.after));
             co_return true;
@@ -621,8 +613,7 @@ struct candidate_registration {
         if (!active) return;
         active = false;
         auto reg = parse_registry(key, results, 0);
-        bool const alone = std::none_of(reg.live.begin(), reg.live.end(),
-                                        [&](candidate_info const& c) { return c.session != session->id; });
+        bool const alone = !best_other_than(reg.live, session->id);
         // What a release would read first: nobody waits, as of .seen's index.
         if (alone) session->note_registry_empty(key, reg.seen ? reg.seen->modify_index : 0);
         session->spawn_owned([s = session, k = key, reg = std::move(reg), always = name_next,
@@ -704,8 +695,8 @@ asio::awaitable<void> after_handover_to(std::shared_ptr<consul_session> s, std::
             if (look == 0) co_await candidate_registration::withdraw(s, key, true, entry_at, always);
             co_return;
         }
-        auto const best = std::find_if(reg.live.begin(), reg.live.end(), std::not_fn(ours));
-        if (best == reg.live.end()) co_return;
+        auto const best = best_other_than(reg.live, s->id);
+        if (!best) co_return;
         auto const named = reg.marker ? decode_priority_marker(reg.marker->value) : std::nullopt;
         if (named && named->first == best->session) {
             s->note_handover(key, reg.live, std::move(*reg.marker), reg.seen);
@@ -956,9 +947,8 @@ asio::awaitable<deferral> defer(consul_session& s, candidate_registration& reg, 
             break;
         }
         if (!v->stale.empty()) co_await prune_stale(s.client, v->stale);
-        auto best = std::find_if(v->live.begin(), v->live.end(),
-                                 [&](candidate_info const& c) { return c.session != s.id; });
-        if (best == v->live.end() || !ranks_before(*best, me) || clock::now() >= deadline) break;
+        auto const best = best_other_than(v->live, s.id);
+        if (!best || !ranks_before(*best, me) || clock::now() >= deadline) break;
         rindex = consul::next_wait_index(rindex, v->index);
     }
     co_return out;

@@ -88,17 +88,18 @@ private:
     // (released, handed over, or the key was no longer ours).
     asio::awaitable<bool> release_if_nobody_waits(std::uint64_t seen_index);
     std::vector<consul::txn_op> guarded_unlock_ops(std::uint64_t seen_index) const;
+    consul::txn_op seen_guard(std::uint64_t seen_index) const;
     consul::txn_op unlock_op() const;
     // The handover the hub's snapshot shows (the marker's candidate, still
     // waiting), guarded by `.seen` as that snapshot has it: no registry read.
     // False when the snapshot shows none, or it was refused.
     asio::awaitable<bool> hand_over_from_snapshot();
-    // A handover planned without a read: to `target`, guarded by `guard`,
-    // the marker as it was seen (for its compare-and-delete).
+    // A handover to `target`, guarded by `guard` when planned without a
+    // read, the marker as it was seen (for its compare-and-set or delete).
     struct planned_handover {
         candidate_info target;
         std::optional<consul::kv_pair> marker;
-        consul::txn_op guard;
+        std::optional<consul::txn_op> guard;
         std::vector<candidate_info> live;  // empty: the handover reads the registry back to name the next
     };
     std::optional<planned_handover> handover_in_snapshot() const;

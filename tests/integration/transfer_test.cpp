@@ -155,6 +155,13 @@ struct fixture {
         BOOST_TEST(!entry.value.has_value(), "shared " << shared << ": the holder is still listed");
     }
     double txns() const { return agent.metric("tenure_http_requests_total{method=\"PUT\",endpoint=\"txn\""); }
+    // The agent's count of non-blocking KV reads (its latency histogram
+    // leaves blocking queries out).
+    double kv_reads() const { return agent.metric("tenure_http_request_duration_seconds_count{endpoint=\"kv\""); }
+
+    asio::awaitable<void> hand_to_first_waiter(std::string const& key, asio::steady_timer& wake,
+                                               tenure::leadership_scope& lead, candidate& w, candidate& x, candidate& y,
+                                               tenure::election_options const& later);
 
     asio::awaitable<consul::kv_pair> read_key(std::string key) {
         auto r = co_await tenure::detail::coro(*client).kv_get(std::move(key), tenure::detail::consistent_read());
@@ -168,6 +175,35 @@ asio::awaitable<void> wait_for(asio::steady_timer& wake, std::function<bool()> c
         wake.expires_at(steady::time_point::max());
         co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
     }
+}
+
+// h (holding `lead`) releases with w, x and y waiting in that order (x and y
+// with `later`); w takes the key and reads the registry once in the
+// background, which notes whom it would hand over to. Returns once w has
+// taken that read's answer in.
+asio::awaitable<void> fixture::hand_to_first_waiter(std::string const& key, asio::steady_timer& wake,
+                                                    tenure::leadership_scope& lead, candidate& w, candidate& x,
+                                                    candidate& y, tenure::election_options const& later) {
+    co_await enroll(w, "w", key);
+    co_await enroll(x, "x", key, later);
+    co_await enroll(y, "y", key, later);
+    w.start(wake);
+    co_await await_candidates(key, 1);
+    x.start(wake);
+    co_await await_candidates(key, 2);
+    y.start(wake);
+    co_await await_candidates(key, 3);
+    co_await await_marker(key, w.session.id());
+    // h saw the registry empty when it took the key: its release reads it,
+    // then hands over to w, who reads it once more in the background.
+    double const before = kv_reads();
+    co_await lead.release();
+    co_await wait_for(wake, [&] { return w.done; });
+    BOOST_TEST_REQUIRE(w.scope.has_value());
+    while (kv_reads() < before + 2) co_await tenure::itest::pause(1ms);
+    // The agent counts a read as it answers: one more round trip on this
+    // io_context lets w take in the answer it had already been sent.
+    co_await read_key(key);
 }
 
 asio::awaitable<void> endless() {
@@ -544,39 +580,18 @@ BOOST_AUTO_TEST_CASE(a_release_after_a_handover_reads_nothing_first) {
     run([&]() -> asio::awaitable<void> {
         std::string const key = "itest/noted/leader";
         asio::steady_timer wake(io, steady::time_point::max());
-        auto const reads = [&] { return agent.metric("tenure_http_request_duration_seconds_count{endpoint=\"kv\""); };
         auto hs = co_await session("holder");
         tenure::election he(hs, key, "h");
         auto lead = co_await he.acquire();
         tenure::election_options quiet;
         quiet.quick_retake = true;
         candidate w, x, y;
-        co_await enroll(w, "w", key);
-        co_await enroll(x, "x", key, quiet);
-        co_await enroll(y, "y", key, quiet);
-        w.start(wake);
-        co_await await_candidates(key, 1);
-        x.start(wake);
-        co_await await_candidates(key, 2);
-        y.start(wake);
-        co_await await_candidates(key, 3);
-        co_await await_marker(key, w.session.id());
+        co_await hand_to_first_waiter(key, wake, lead, w, x, y, quiet);
 
-        // h saw the registry empty when it took the key: its release reads
-        // it, then hands over to w. w then reads it once in the background.
-        double const before = reads();
-        co_await lead.release();
-        co_await wait_for(wake, [&] { return w.done; });
-        BOOST_TEST_REQUIRE(w.scope.has_value());
-        while (reads() < before + 2) co_await tenure::itest::pause(1ms);
-        // The agent counts a read as it answers: one more round trip on this
-        // io_context lets w take in the answer it had already been sent.
-        co_await read_key(key);
-
-        double const held = reads();
+        double const held = kv_reads();
         co_await w.scope->release();
         co_await wait_for(wake, [&] { return x.done; });
-        BOOST_TEST(reads() - held == 0.0, "w read " << reads() - held << " times to hand over");
+        BOOST_TEST(kv_reads() - held == 0.0, "w read " << kv_reads() - held << " times to hand over");
         BOOST_TEST_REQUIRE(x.scope.has_value());
         BOOST_TEST(!y.done);
         co_await await_marker(key, y.session.id());  // named by the handover's transaction
@@ -596,26 +611,12 @@ BOOST_AUTO_TEST_CASE(a_noted_handover_gone_stale_goes_to_the_best_candidate) {
         asio::steady_timer wake(io, steady::time_point::max());
         for (bool const better_arrives : {false, true}) {
             std::string const key = better_arrives ? "itest/noted-stale/better/leader" : "itest/noted-stale/left/leader";
-            auto const reads = [&] { return agent.metric("tenure_http_request_duration_seconds_count{endpoint=\"kv\""); };
             auto hs = co_await session("holder");
             tenure::election he(hs, key, "h");
             auto lead = co_await he.acquire();
             candidate w, x, y, z;
-            co_await enroll(w, "w", key);
-            co_await enroll(x, "x", key);
-            co_await enroll(y, "y", key);
-            w.start(wake);
-            co_await await_candidates(key, 1);
-            x.start(wake);
-            co_await await_candidates(key, 2);
-            y.start(wake);
-            co_await await_candidates(key, 3);
-            double const before = reads();
-            co_await lead.release();
-            co_await wait_for(wake, [&] { return w.done; });
-            BOOST_TEST_REQUIRE(w.scope.has_value());
-            while (reads() < before + 2) co_await tenure::itest::pause(1ms);  // w read the registry
-            co_await read_key(key);  // and took in the answer (see above): it noted x
+            tenure::election_options const plain;
+            co_await hand_to_first_waiter(key, wake, lead, w, x, y, plain);  // w noted x
 
             candidate* expected = &y;
             if (better_arrives) {
