@@ -727,9 +727,17 @@ asio::awaitable<bool> agent::impl::park(connection& c, beast::flat_buffer const&
     // One-shot; fires synchronously inside a state-machine write. It only
     // flags and cancels the timer; this coroutine resumes later and calls
     // handle() again. Declared after `woken` so it is dropped before it.
-    auto reg = sm.watch(std::move(w.targets), [&woken, t = &c.park] {
+    // It cancels the socket's wait too, right behind the timer: a write
+    // wakes its watchers in a row, and were the socket's wait left for the
+    // parallel group to cancel, each watcher's second completion would
+    // queue behind every other watcher's first, and the first answer would
+    // wait for all of them. (While parked, the wait is the socket's only
+    // operation.)
+    auto reg = sm.watch(std::move(w.targets), [&woken, t = &c.park, s = &c.stream.socket()] {
         woken = true;
         t->cancel();
+        boost::system::error_code ig;
+        s->cancel(ig);
     });
     c.park.expires_at(w.deadline);
     // Watch the socket too, so that a client that gives up frees its
