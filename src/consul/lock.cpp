@@ -250,8 +250,6 @@ std::optional<consul_lock_scope::planned_handover> consul_lock_scope::handover_i
     if (!target || !seen) return std::nullopt;
     // Nobody registered or left since the snapshot (every registration and
     // removal moves `.seen`), so the marker's candidate is still the best.
-    // Nobody registered or left since the snapshot (every registration and
-    // removal moves `.seen`), so the marker's candidate is still the best.
     return planned_handover{std::move(*target), **marker, seen_guard(*seen ? (*seen)->modify_index : 0), {}};
 }
 
