@@ -159,6 +159,12 @@ struct fixture {
     // leaves blocking queries out).
     double kv_reads() const { return agent.metric("tenure_http_request_duration_seconds_count{endpoint=\"kv\""); }
 
+    // Starts c's acquire and waits until the registry lists `n` waiting.
+    asio::awaitable<void> start_until_listed(candidate& c, asio::steady_timer& wake, std::string const& key, std::size_t n) {
+        c.start(wake);
+        co_await await_candidates(key, n);
+    }
+
     asio::awaitable<void> hand_to_first_waiter(std::string const& key, asio::steady_timer& wake,
                                                tenure::leadership_scope& lead, candidate& w, candidate& x, candidate& y,
                                                tenure::election_options const& later);
@@ -187,12 +193,9 @@ asio::awaitable<void> fixture::hand_to_first_waiter(std::string const& key, asio
     co_await enroll(w, "w", key);
     co_await enroll(x, "x", key, later);
     co_await enroll(y, "y", key, later);
-    w.start(wake);
-    co_await await_candidates(key, 1);
-    x.start(wake);
-    co_await await_candidates(key, 2);
-    y.start(wake);
-    co_await await_candidates(key, 3);
+    co_await start_until_listed(w, wake, key, 1);
+    co_await start_until_listed(x, wake, key, 2);
+    co_await start_until_listed(y, wake, key, 3);
     co_await await_marker(key, w.session.id());
     // h saw the registry empty when it took the key: its release reads it,
     // then hands over to w, who reads it once more in the background.
@@ -358,8 +361,7 @@ BOOST_AUTO_TEST_CASE(bad_targets_change_nothing) {
         co_await enroll(a, "a", key);
         co_await enroll(gone, "gone", key);
         a.start(wake);
-        gone.start(wake);
-        co_await await_candidates(key, 2);
+        co_await start_until_listed(gone, wake, key, 2);
         std::string const gone_id = gone.session.id();
         gone.cancel.emit(asio::cancellation_type::terminal);  // no longer waiting
         co_await wait_for(wake, [&] { return gone.done; });
@@ -458,10 +460,8 @@ BOOST_AUTO_TEST_CASE(a_holder_that_saw_no_candidates_still_hands_over_to_new_one
             candidate first, second;
             co_await enroll(first, "first", key);
             co_await enroll(second, "second", key);
-            first.start(wake);
-            co_await await_candidates(key, 1);
-            second.start(wake);
-            co_await await_candidates(key, 2);
+            co_await start_until_listed(first, wake, key, 1);
+            co_await start_until_listed(second, wake, key, 2);
             co_await lead.release();
             co_await wait_for(wake, [&] { return first.done || second.done; });
             BOOST_TEST(first.done, "round " << round << ": the release did not hand over to the longest waiting");
@@ -493,8 +493,7 @@ BOOST_AUTO_TEST_CASE(a_winner_leaves_the_registry_in_the_transaction_that_takes_
             auto lead = co_await he.acquire();
             candidate w;
             co_await enroll(w, "w", key, eo);
-            w.start(wake);
-            co_await await_candidates(key, 1);
+            co_await start_until_listed(w, wake, key, 1);
             // An invalidation: the holder's session destroyed, so the waiter
             // sees the key free and takes it itself (no handoff).
             co_await tenure::detail::coro(*client).session_destroy(hs.id());
@@ -532,10 +531,8 @@ BOOST_AUTO_TEST_CASE(a_handover_takes_the_targets_entry_out_in_its_transaction) 
             auto const first = options(2), second = options(1);
             co_await enroll(w, "w", key, first);
             co_await enroll(x, "x", key, second);
-            w.start(wake);
-            co_await await_candidates(key, 1);
-            x.start(wake);
-            co_await await_candidates(key, 2);
+            co_await start_until_listed(w, wake, key, 1);
+            co_await start_until_listed(x, wake, key, 2);
             auto const named_at = co_await await_marker(key, w.session.id());
             if (shared) {
                 // The holder's hub has seen both registrations and the marker name w.
@@ -669,10 +666,8 @@ BOOST_AUTO_TEST_CASE(a_plain_release_goes_to_the_candidate_the_marker_is_locked_
         x.name = "x";
         x.session = co_await session("x", 2s, 30s);
         x.election = std::make_unique<tenure::election>(x.session, key, "x", plain);
-        w.start(wake);
-        co_await await_candidates(key, 1);
-        x.start(wake);
-        co_await await_candidates(key, 2);
+        co_await start_until_listed(w, wake, key, 1);
+        co_await start_until_listed(x, wake, key, 2);
         co_await await_marker(key, w.session.id());  // locked by w
         co_await lead.release();
         co_await wait_for(wake, [&] { return w.done; });
@@ -723,10 +718,8 @@ BOOST_AUTO_TEST_CASE(after_an_invalidation_a_better_candidate_goes_first) {
             auto const low = with_priority(1), high = with_priority(5);
             co_await enroll(lo, "lo", key, low);
             co_await enroll(hi, "hi", key, high);
-            lo.start(wake);  // the lower one waits longer
-            co_await await_candidates(key, 1);
-            hi.start(wake);
-            co_await await_candidates(key, 2);
+            co_await start_until_listed(lo, wake, key, 1);  // the lower one waits longer
+            co_await start_until_listed(hi, wake, key, 2);
             // Invalidation: the holder's session destroyed on the server, no release.
             co_await tenure::detail::coro(*client).session_destroy(hs.id());
             co_await wait_for(wake, [&] { return hi.done || lo.done; });
@@ -803,15 +796,13 @@ BOOST_AUTO_TEST_CASE(a_naming_gone_stale_does_not_stall_the_one_named_since) {
         a.start(wake);
         co_await await_marker(key, a.session.id());
         co_await enroll(b, "b", key, eo);
-        b.start(wake);  // registers; reads back the marker: `a` is named
-        co_await await_candidates(key, 2);
+        co_await start_until_listed(b, wake, key, 2);  // registers; reads back the marker: `a` is named
         // `a` gives up: its entry goes and it names `b`; then it waits anew.
         a.cancel.emit(asio::cancellation_type::terminal);
         co_await wait_for(wake, [&] { return a.done; });
         BOOST_TEST(a.ec == asio::error::operation_aborted);
         co_await await_marker(key, b.session.id());
-        a.start(wake);
-        co_await await_candidates(key, 2);
+        co_await start_until_listed(a, wake, key, 2);
         // The holder's session ends: `b`, named, leads.
         co_await tenure::detail::coro(*client).session_destroy(hs.id());
         co_await wait_for(wake, [&] { return a.done || b.done; });
@@ -841,16 +832,14 @@ BOOST_AUTO_TEST_CASE(yield_to_higher_ignores_a_flapping_candidate_then_hands_ove
         });
         candidate equal;  // the same priority: never a reason to yield
         co_await enroll(equal, "equal", key);
-        equal.start(wake);
-        co_await await_candidates(key, 1);
+        co_await start_until_listed(equal, wake, key, 1);
 
         candidate f;
         auto const high = with_priority(5);
         co_await enroll(f, "flappy", key, high);
         // Flaps: each appearance ends long before the settle time.
         for (int i = 0; i < 5; ++i) {
-            f.start(wake);
-            co_await await_candidates(key, 2);
+            co_await start_until_listed(f, wake, key, 2);
             f.cancel.emit(asio::cancellation_type::terminal);
             co_await wait_for(wake, [&] { return f.done; });
             co_await await_candidates(key, 1);
