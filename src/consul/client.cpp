@@ -399,9 +399,7 @@ asio::awaitable<read_result<std::optional<kv_pair>>> client::coroutines::kv_get(
     expect_ok(r);
     co_return decode(r, http::verb::get, target, [&] {
         read_result<std::optional<kv_pair>> out{std::nullopt, decode_meta(r.headers)};
-        unsigned char scratch[2048];  // the parse lives only in this call: no heap for it
-        json::monotonic_resource mr(scratch, sizeof scratch);
-        auto list = decode_kv_list(parse_json(r.body, &mr));
+        auto list = decode_kv_list(r.body);
         if (!list.empty()) out.value = std::move(list.front());
         return out;
     });
@@ -422,12 +420,7 @@ asio::awaitable<read_result<std::vector<kv_pair>>> client::coroutines::kv_list(
     if (r.status == 404) co_return read_result<std::vector<kv_pair>>{{}, decode_meta(r.headers)};
     expect_ok(r);
     co_return decode(r, http::verb::get, target, [&] {
-        // The tree lives only in this call and is copied out at once: one
-        // arena for it instead of a malloc per node (a 10 000-key prefix,
-        // the watch hub's snapshot, is ten nodes a key).
-        unsigned char scratch[4096];
-        json::monotonic_resource mr(scratch, sizeof scratch);
-        return read_result<std::vector<kv_pair>>{decode_kv_list(parse_json(r.body, &mr), skip),
+        return read_result<std::vector<kv_pair>>{decode_kv_list(r.body, skip),
                                                  decode_meta(r.headers)};
     });
 }

@@ -4,6 +4,8 @@
 #include "net/duration.hpp"
 #include "net/wire.hpp"
 
+#include <boost/json/basic_parser_impl.hpp>
+#include <boost/json/error.hpp>
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -73,26 +75,242 @@ kv_pair decode_kv(json::value const& v) {
     return p;
 }
 
-std::vector<kv_pair> decode_kv_list(json::value const& v) {
-    std::vector<kv_pair> out;
-    if (v.is_null()) return out;
-    auto const& list = as_array(v, "KV list");
-    out.reserve(list.size());
-    for (auto const& e : list) out.push_back(decode_kv(e));
-    return out;
-}
+namespace {
 
-std::vector<kv_pair> decode_kv_list(json::value const& v, kv_list_skip const& skip) {
-    if (!skip) return decode_kv_list(v);
-    std::vector<kv_pair> out;
-    if (v.is_null()) return out;
-    for (auto const& e : as_array(v, "KV list")) {
-        auto const& o = as_object(e, "KV entry");
-        auto const* key = o.if_contains("Key");
-        auto const* k = key ? key->if_string() : nullptr;
-        if (k && skip(std::string_view(k->data(), k->size()), get_u64(o, "ModifyIndex"))) continue;
-        out.push_back(decode_kv(e));
+// Reads a KV list as Boost.JSON's parser walks it (basic_parser's handler
+// events), with no document built: one entry's fields at a time, in buffers
+// kept for the whole list. A 10,000-key snapshot of the watch hub's prefix is
+// a couple of MB, read again after every few writes under it; the tree of
+// such an answer cost more than the decode, and a fresh arena for it each time
+// touched new memory. An entry the reader holds already (`skip`) costs its
+// parse only. The checks are decode_kv's: a field of the wrong type, a
+// negative or fractional number, bad base64 in Value throw decode_failure.
+class kv_list_reader {
+public:
+    static constexpr std::size_t max_object_size = std::size_t(-1);
+    static constexpr std::size_t max_array_size = std::size_t(-1);
+    static constexpr std::size_t max_key_size = std::size_t(-1);
+    static constexpr std::size_t max_string_size = std::size_t(-1);
+
+    kv_list_reader(kv_list_skip const* skip, std::vector<kv_pair>* out) : skip_(skip), out_(out) {}
+    std::string const& failure() const noexcept { return failure_; }
+
+    bool on_document_begin(boost::system::error_code&) { return true; }
+    bool on_document_end(boost::system::error_code&) { return true; }
+    bool on_comment_part(std::string_view, boost::system::error_code&) { return true; }
+    bool on_comment(std::string_view, boost::system::error_code&) { return true; }
+
+    bool on_array_begin(boost::system::error_code& ec) {
+        if (depth_ == 0) {
+            ++depth_;
+            return true;  // the list
+        }
+        return nested(ec);
     }
+    bool on_array_end(std::size_t, boost::system::error_code&) {
+        --depth_;
+        return true;
+    }
+    bool on_object_begin(boost::system::error_code& ec) {
+        if (depth_ == 0) return not_an_entry(ec);
+        if (depth_ == 1) {
+            ++depth_;
+            entry_ = {};
+            return true;
+        }
+        return nested(ec);
+    }
+    bool on_object_end(std::size_t, boost::system::error_code& ec) {
+        if (--depth_ == 1) return finish_entry(ec);
+        return true;
+    }
+
+    bool on_key_part(std::string_view s, std::size_t, boost::system::error_code&) {
+        if (depth_ == 2) name_part(s);
+        return true;
+    }
+    bool on_key(std::string_view s, std::size_t, boost::system::error_code&) {
+        if (depth_ == 2) {
+            name_part(s);
+            field_ = field_of(name_);
+            name_.clear();
+        }
+        return true;
+    }
+    bool on_string_part(std::string_view s, std::size_t, boost::system::error_code& ec) {
+        return string_part(s, ec);
+    }
+    bool on_string(std::string_view s, std::size_t, boost::system::error_code& ec) {
+        if (!string_part(s, ec)) return false;
+        in_string_ = false;
+        return true;
+    }
+    bool on_number_part(std::string_view, boost::system::error_code&) { return true; }
+    bool on_int64(std::int64_t v, std::string_view, boost::system::error_code& ec) {
+        if (v < 0) return scalar(ec, "an unsigned integer", "is not a string");
+        return on_uint64(static_cast<std::uint64_t>(v), {}, ec);
+    }
+    bool on_uint64(std::uint64_t v, std::string_view, boost::system::error_code& ec) {
+        if (depth_ < 2) return not_an_entry(ec);
+        if (depth_ != 2) return true;
+        if (auto* n = number_field()) {
+            *n = v;
+            return true;
+        }
+        return scalar(ec, nullptr, "is not a string");
+    }
+    bool on_double(double, std::string_view, boost::system::error_code& ec) {
+        return scalar(ec, "an unsigned integer", "is not a string");
+    }
+    bool on_bool(bool, boost::system::error_code& ec) { return scalar(ec, "an unsigned integer", "is not a string"); }
+    bool on_null(boost::system::error_code& ec) {
+        if (depth_ == 1) return not_an_entry(ec);
+        if (depth_ != 2) return true;  // the list itself may be null: no entries
+        // Missing and null read the same: an empty string, no Value, 0.
+        if (auto* n = number_field()) *n = 0;
+        if (auto* t = text_field()) t->clear();
+        if (field_ == field::value) entry_.has_value = false;
+        return true;
+    }
+
+private:
+    enum class field { other, key, value, session, flags, lock_index, create_index, modify_index };
+    struct entry {
+        std::uint64_t flags = 0, lock_index = 0, create_index = 0, modify_index = 0;
+        bool has_value = false;
+    };
+
+    static field field_of(std::string_view n) {
+        if (n == "Key") return field::key;
+        if (n == "Value") return field::value;
+        if (n == "Session") return field::session;
+        if (n == "Flags") return field::flags;
+        if (n == "LockIndex") return field::lock_index;
+        if (n == "CreateIndex") return field::create_index;
+        if (n == "ModifyIndex") return field::modify_index;
+        return field::other;
+    }
+    static char const* name_of(field f) {
+        switch (f) {
+            case field::key: return "Key";
+            case field::value: return "Value";
+            case field::session: return "Session";
+            case field::flags: return "Flags";
+            case field::lock_index: return "LockIndex";
+            case field::create_index: return "CreateIndex";
+            case field::modify_index: return "ModifyIndex";
+            case field::other: break;
+        }
+        return "";
+    }
+    std::uint64_t* number_field() {
+        switch (field_) {
+            case field::flags: return &entry_.flags;
+            case field::lock_index: return &entry_.lock_index;
+            case field::create_index: return &entry_.create_index;
+            case field::modify_index: return &entry_.modify_index;
+            default: return nullptr;
+        }
+    }
+    std::string* text_field() {
+        switch (field_) {
+            case field::key: return &key_;
+            case field::value: return &value_;
+            case field::session: return &session_;
+            default: return nullptr;
+        }
+    }
+
+    void name_part(std::string_view s) { name_.append(s.data(), s.size()); }
+
+    bool string_part(std::string_view s, boost::system::error_code& ec) {
+        if (depth_ < 2) return not_an_entry(ec);
+        if (depth_ != 2) return true;
+        auto* t = text_field();
+        if (!t) return field_ == field::other || scalar(ec, "an unsigned integer", nullptr);
+        if (!in_string_) {
+            t->clear();
+            in_string_ = true;
+            if (field_ == field::value) entry_.has_value = true;
+        }
+        t->append(s.data(), s.size());
+        return true;
+    }
+
+    // An object or array inside an entry: fine where nobody reads it.
+    bool nested(boost::system::error_code& ec) {
+        if (depth_ == 1) return not_an_entry(ec);
+        if (depth_ == 2 && field_ != field::other)
+            return fail(ec, std::string(name_of(field_)) + (text_field() ? " is not a string" : " is not an unsigned integer"));
+        ++depth_;
+        return true;
+    }
+
+    // A number, boolean or string where the field wants the other kind.
+    bool scalar(boost::system::error_code& ec, char const* number_wanted, char const* text_wanted) {
+        if (depth_ < 2) return not_an_entry(ec);
+        if (depth_ != 2 || field_ == field::other) return true;
+        if (number_field() && number_wanted) return fail(ec, std::string(name_of(field_)) + " is not " + number_wanted);
+        if (text_field() && text_wanted) return fail(ec, std::string(name_of(field_)) + " " + text_wanted);
+        return true;
+    }
+
+    // A value where the list (depth 0) or one of its entries (depth 1) should be.
+    bool not_an_entry(boost::system::error_code& ec) {
+        return fail(ec, depth_ == 0 ? "KV list is not a JSON array" : "KV entry is not a JSON object");
+    }
+
+    bool fail(boost::system::error_code& ec, std::string why) {
+        failure_ = std::move(why);
+        ec = make_error_code(boost::json::error::syntax);  // stops the parser; failure_ says why
+        return false;
+    }
+
+    bool finish_entry(boost::system::error_code& ec) {
+        field_ = field::other;
+        if (*skip_ && (*skip_)(key_, entry_.modify_index)) return clear_entry();
+        kv_pair p;
+        p.key = key_;
+        if (entry_.has_value) {
+            auto v = tenure::detail::base64_decode(value_);
+            if (!v) return fail(ec, "Value is not base64 (length " + std::to_string(value_.size()) + ")");
+            p.value = std::move(*v);
+        }
+        p.flags = entry_.flags;
+        p.lock_index = entry_.lock_index;
+        p.session = session_;
+        p.create_index = entry_.create_index;
+        p.modify_index = entry_.modify_index;
+        out_->push_back(std::move(p));
+        return clear_entry();
+    }
+    bool clear_entry() {
+        key_.clear();
+        value_.clear();
+        session_.clear();
+        return true;
+    }
+
+    kv_list_skip const* skip_;
+    std::vector<kv_pair>* out_;
+    std::size_t depth_ = 0;  // 1: in the list, 2: in an entry, more: inside one of its fields
+    field field_ = field::other;
+    bool in_string_ = false;
+    entry entry_;
+    std::string name_, key_, value_, session_;  // kept across entries: no allocation per entry
+    std::string failure_;
+};
+
+}  // namespace
+
+std::vector<kv_pair> decode_kv_list(std::string_view body, kv_list_skip const& skip) {
+    std::vector<kv_pair> out;
+    json::basic_parser<kv_list_reader> p(json::parse_options{}, &skip, &out);
+    boost::system::error_code ec;
+    auto const n = p.write_some(false, body.data(), body.size(), ec);
+    if (!p.handler().failure().empty()) throw decode_failure{p.handler().failure()};
+    if (ec) throw decode_failure{"invalid JSON: " + ec.message()};
+    if (n < body.size()) throw decode_failure{"invalid JSON: " + make_error_code(json::error::extra_data).message()};
     return out;
 }
 

@@ -34,11 +34,12 @@ std::int64_t get_i64(boost::json::object const& o, std::string_view name);
 bool parse_bool(std::string_view body);
 
 kv_pair decode_kv(boost::json::value const& v);
-std::vector<kv_pair> decode_kv_list(boost::json::value const& v);  // null: empty
-// The same, leaving out each entry for which `skip(key, modify_index)` is
-// true: a reader that already holds that version of the key (the watch hub)
-// pays for neither its strings nor its Value's base64.
-std::vector<kv_pair> decode_kv_list(boost::json::value const& v, kv_list_skip const& skip);
+// A KV read's answer (GET /v1/kv/<key>, ?recurse): an array of entries, or
+// null for none; each checked as decode_kv checks one. Decoded while parsed,
+// with no document built. Each entry for which `skip(key, modify_index)` is
+// true is left out: a reader that already holds that version of the key (the
+// watch hub) pays for neither its strings nor its Value's base64.
+std::vector<kv_pair> decode_kv_list(std::string_view body, kv_list_skip const& skip = {});
 session_info decode_session(boost::json::value const& v);
 std::vector<session_info> decode_session_list(boost::json::value const& v);  // null: empty
 // A /v1/txn answer: 200 (committed, Results) or 409 (Errors, at least one).

@@ -38,14 +38,15 @@ BOOST_AUTO_TEST_CASE(a_null_value_is_no_value_and_missing_fields_read_empty) {
     BOOST_TEST(!p.value.has_value());
     BOOST_TEST(p.session.empty());
     BOOST_TEST(p.lock_index == 0u);
-    BOOST_TEST(cd::decode_kv_list(json::value(nullptr)).empty());
+    BOOST_TEST(cd::decode_kv_list("null").empty());
+    BOOST_TEST(cd::decode_kv_list(" [ ] ").empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_list_leaves_out_the_entries_its_reader_already_holds) {
-    auto const v = json::parse(R"([{"Key":"p/a","Value":"YQ==","ModifyIndex":5},
-        {"Key":"p/b","Value":"Yg==","ModifyIndex":6},{"Key":"p/c","Value":null,"ModifyIndex":7}])");
+    auto const body = R"([{"Key":"p/a","Value":"YQ==","ModifyIndex":5},
+        {"Key":"p/b","Value":"Yg==","ModifyIndex":6},{"Key":"p/c","Value":null,"ModifyIndex":7}])";
     std::vector<std::string> asked;
-    auto const list = cd::decode_kv_list(v, [&](std::string_view key, std::uint64_t modify_index) {
+    auto const list = cd::decode_kv_list(body, [&](std::string_view key, std::uint64_t modify_index) {
         asked.emplace_back(std::string(key) + "@" + std::to_string(modify_index));
         return key == "p/b";  // held at index 6 already
     });
@@ -55,10 +56,69 @@ BOOST_AUTO_TEST_CASE(a_list_leaves_out_the_entries_its_reader_already_holds) {
     BOOST_TEST(list[0].value.value_or("") == "a");
     BOOST_TEST(list[1].key == "p/c");
     // An entry the reader does not hold is still checked in full.
-    BOOST_CHECK_THROW(cd::decode_kv_list(json::parse(R"([{"Key":"p/a","Value":"not base64!"}])"),
+    BOOST_CHECK_THROW(cd::decode_kv_list(R"([{"Key":"p/a","Value":"not base64!"}])",
                                          [](std::string_view, std::uint64_t) { return false; }),
                       cd::decode_failure);
-    BOOST_TEST(cd::decode_kv_list(json::value(nullptr), [](std::string_view, std::uint64_t) { return true; }).empty());
+    BOOST_TEST(cd::decode_kv_list("null", [](std::string_view, std::uint64_t) { return true; }).empty());
+}
+
+// The list is decoded as it is parsed, with no document; each entry must read
+// exactly as decode_kv reads it from the parsed document.
+BOOST_AUTO_TEST_CASE(a_list_reads_each_entry_as_decode_kv_reads_it) {
+    // Field order as Consul writes it and shuffled; escapes in the key; an
+    // unknown field holding an object and an array; a Value longer than the
+    // parser's buffer, with escaped slashes, which reaches the reader in parts.
+    std::string long_value;
+    for (int i = 0; i < 3000; ++i) long_value += "ab\\/c";  // base64 "ab/c", its slash escaped
+    std::string const body = R"([{"LockIndex":2,"Key":"svc/a","Flags":3304740253564472344,"Value":"bm9kZS0x",)"
+                             R"("Session":"8d3e","CreateIndex":11,"ModifyIndex":42},)"
+                             R"({"ModifyIndex":7,"Extra":{"Key":"nested","Value":[1,{"x":null}]},"Key":"p\/a\u0062",)"
+                             R"("Value":null,"Session":null,"Flags":0},)"
+                             R"({"Key":"long","Value":")" + long_value + R"("}])";
+    auto const list = cd::decode_kv_list(body);
+    auto const doc = json::parse(body).as_array();
+    BOOST_REQUIRE_EQUAL(list.size(), doc.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        auto const want = cd::decode_kv(doc[i]);
+        BOOST_TEST(list[i].key == want.key);
+        BOOST_TEST(list[i].value.has_value() == want.value.has_value());
+        BOOST_TEST(list[i].value.value_or("") == want.value.value_or(""));
+        BOOST_TEST(list[i].flags == want.flags);
+        BOOST_TEST(list[i].lock_index == want.lock_index);
+        BOOST_TEST(list[i].session == want.session);
+        BOOST_TEST(list[i].create_index == want.create_index);
+        BOOST_TEST(list[i].modify_index == want.modify_index);
+    }
+    BOOST_TEST(list[1].key == "p/ab");
+    BOOST_TEST(!list[1].value.has_value());
+    BOOST_TEST(list[2].value.value_or("").size() == 3000u * 3u);
+
+    // What decode_kv refuses in an entry, the list refuses too, with its words.
+    auto refused = [](std::string const& entries) {
+        try {
+            cd::decode_kv_list(entries);
+        } catch (cd::decode_failure const& f) {
+            return f.what;
+        }
+        return std::string("accepted");
+    };
+    BOOST_TEST(refused(R"([{"Key":"k","Flags":1.5}])") == "Flags is not an unsigned integer");
+    BOOST_TEST(refused(R"([{"Key":"k","LockIndex":-1}])") == "LockIndex is not an unsigned integer");
+    BOOST_TEST(refused(R"([{"Key":"k","ModifyIndex":"7"}])") == "ModifyIndex is not an unsigned integer");
+    BOOST_TEST(refused(R"([{"Key":7}])") == "Key is not a string");
+    BOOST_TEST(refused(R"([{"Key":"k","Session":true}])") == "Session is not a string");
+    BOOST_TEST(refused(R"([{"Key":"k","Value":{"a":1}}])") == "Value is not a string");
+    BOOST_TEST(refused(R"([{"Key":"k","CreateIndex":[1]}])") == "CreateIndex is not an unsigned integer");
+    BOOST_TEST(refused(R"([{"Key":"k","Value":"not base64!"}])") == "Value is not base64 (length 11)");
+    BOOST_TEST(refused(R"([{"Key":"k"},"k2"])") == "KV entry is not a JSON object");
+    BOOST_TEST(refused(R"([null])") == "KV entry is not a JSON object");
+    BOOST_TEST(refused(R"([[{"Key":"k"}]])") == "KV entry is not a JSON object");
+    BOOST_TEST(refused(R"({"Key":"k"})") == "KV list is not a JSON array");
+    BOOST_TEST(refused(R"("k")") == "KV list is not a JSON array");
+    BOOST_TEST(refused(R"(7)") == "KV list is not a JSON array");
+    BOOST_TEST(refused(R"([{"Key":"k"}] [])").starts_with("invalid JSON"));
+    BOOST_TEST(refused(R"([{"Key":"k"})").starts_with("invalid JSON"));
+    BOOST_TEST(refused("").starts_with("invalid JSON"));
 }
 
 BOOST_AUTO_TEST_CASE(bad_answers_are_decode_failures_never_guesses) {
@@ -67,7 +127,7 @@ BOOST_AUTO_TEST_CASE(bad_answers_are_decode_failures_never_guesses) {
     BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":"k","LockIndex":-1})")), cd::decode_failure);
     BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"({"Key":7})")), cd::decode_failure);
     BOOST_CHECK_THROW(cd::decode_kv(json::parse(R"([])")), cd::decode_failure);
-    BOOST_CHECK_THROW(cd::decode_kv_list(json::parse(R"({"Key":"k"})")), cd::decode_failure);
+    BOOST_CHECK_THROW(cd::decode_kv_list(R"({"Key":"k"})"), cd::decode_failure);
     BOOST_CHECK_THROW(cd::parse_json("{"), cd::decode_failure);
     BOOST_CHECK_THROW(cd::decode_session(json::parse(R"({"ID":"a","Behavior":"explode"})")), cd::decode_failure);
     BOOST_CHECK_THROW(cd::decode_session(json::parse(R"({"ID":"a","TTL":"15"})")), cd::decode_failure);
