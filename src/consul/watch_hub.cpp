@@ -232,10 +232,13 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
             stamp = ++hub->reads_;
             // Most of a big prefix is as the last snapshot had it: those
             // entries are recognised by key and ModifyIndex and not decoded.
+            // The hub is locked once, at the first entry (the answer is
+            // decoded in one go, after the read), not once per entry.
             if (hub->have_snapshot_)
-                skip = [weak, stamp](std::string_view key, std::uint64_t modify_index) {
-                    auto hub = weak.lock();
-                    return hub && hub->holds(key, modify_index, stamp);
+                skip = [weak, stamp, locked = std::shared_ptr<kv_watch_hub>()](std::string_view key,
+                                                                               std::uint64_t modify_index) mutable {
+                    if (!locked) locked = weak.lock();
+                    return locked && locked->holds(key, modify_index, stamp);
                 };
         }
         std::optional<consul::read_result<std::vector<consul::kv_pair>>> r;
