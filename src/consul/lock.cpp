@@ -454,7 +454,33 @@ asio::awaitable<std::optional<consul::kv_pair>> retake_after_lock_delay(consul::
 // the key is gone or held by another session. Errors are retried: the
 // session's local deadline, not the monitor, decides when an unreachable
 // server means loss.
-asio::awaitable<void> consul_lock_scope::monitor() {
+void consul_lock_scope::start_monitor() {
+    if (!hub) return scope_state::start_monitor();
+    watching = true;
+    std::weak_ptr<consul_lock_scope> weak = std::static_pointer_cast<consul_lock_scope>(shared_from_this());
+    hub_watch = hub->watch(key, modify_index, kv_watch_hub::known_state{true, modify_index}, [weak] {
+        if (auto self = weak.lock()) self->on_hub_answer();
+    });
+    // Released or lost: the watch ends (a monitor started since has the slot).
+    monitor_cancel.slot().assign([this](asio::cancellation_type) { stop_hub_watch(); });
+}
+
+void consul_lock_scope::stop_hub_watch() noexcept {
+    if (hub_watch) hub->end_watch(*std::exchange(hub_watch, std::nullopt));
+}
+
+// The hub saw the key change (or its notice was posted before the watch
+// ended: then there is nothing to do).
+void consul_lock_scope::on_hub_answer() {
+    if (!hub_watch) return;
+    auto answer = hub->end_watch(*std::exchange(hub_watch, std::nullopt));
+    if (status != scope_status::held) return;
+    auto self = std::static_pointer_cast<consul_lock_scope>(shared_from_this());
+    session->spawn_owned([self, answer = std::move(answer)]() mutable { return self->watch_key(std::move(answer)); },
+                         monitor_cancel.slot());
+}
+
+asio::awaitable<void> consul_lock_scope::watch_key(std::optional<kv_watch_hub::key_state> first) {
     auto self = shared_from_this();
     watching = true;
     std::uint64_t index = modify_index;
@@ -463,7 +489,10 @@ asio::awaitable<void> consul_lock_scope::monitor() {
     while (status == scope_status::held) {
         std::optional<key_view> r;
         try {
-            if (hub) {
+            if (first) {
+                r = key_view{std::move(first->pair), first->index};
+                first.reset();
+            } else if (hub) {
                 // Stopped (released, lost) with no exception: once per term.
                 auto s = co_await hub->changed(key, index, known);
                 if (!s) co_return;

@@ -75,14 +75,24 @@ struct consul_lock_scope final : scope_state {
     // monitor still in its delay, costs nothing to cancel.
     bool monitor_outlives_release() const noexcept override { return !hub && watching; }
 
-    asio::awaitable<void> monitor() override;
+    // With a hub, a held key is watched by a registration in it (no
+    // coroutine); monitor() starts when the hub sees the key change.
+    void start_monitor() override;
+    asio::awaitable<void> monitor() override { return watch_key(std::nullopt); }
     asio::awaitable<void> send_release() override;
     asio::awaitable<boost::system::error_code> check_held() override;
     asio::awaitable<bool> fenced_write(std::vector<write_op> writes) override {
         return consul_fenced_write(client, *this, std::move(writes));
     }
 
+    ~consul_lock_scope() override { stop_hub_watch(); }
+
 private:
+    // The monitor's loop, from `first` (the hub's answer to the watch) if given.
+    asio::awaitable<void> watch_key(std::optional<kv_watch_hub::key_state> first);
+    void on_hub_answer();
+    void stop_hub_watch() noexcept;
+    std::optional<kv_watch_hub::watch_id> hub_watch;  // while the hub watches the key for the monitor
     asio::awaitable<void> send_release_once();
     // The ways of releasing send_release_once tries, in order. True: done
     // (released, handed over, or the key was no longer ours).

@@ -11,6 +11,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -80,6 +81,43 @@ std::optional<kv_watch_hub::key_state> kv_watch_hub::answer_now(std::string cons
 void kv_watch_hub::deliver(waiter& w) {
     w.answer = current(w.key);
     if (w.wake) w.wake->cancel();
+    // Posted: a snapshot being applied walks the lists the watch's owner
+    // would change.
+    else if (w.notify) asio::post(client_.get_executor(), w.notify);
+}
+
+kv_watch_hub::waiter_list::iterator kv_watch_hub::add_waiter(std::string key, std::uint64_t min_index,
+                                                             std::optional<known_state> known) {
+    auto& list = waiting_[key];
+    auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr, {}, std::nullopt});
+    ++waiter_count_;
+    if (it->min_index > 0 && (!have_snapshot_ || it->min_index > index_))
+        it->pending = short_of_index_.emplace(it->min_index, &*it);
+    return it;
+}
+
+void kv_watch_hub::remove_waiter(waiter_list::iterator it) {
+    if (it->pending) short_of_index_.erase(*it->pending);
+    auto m = waiting_.find(it->key);
+    m->second.erase(it);
+    if (m->second.empty()) waiting_.erase(m);
+    --waiter_count_;
+}
+
+kv_watch_hub::watch_id kv_watch_hub::watch(std::string key, std::uint64_t min_index, std::optional<known_state> known,
+                                           std::function<void()> notify) {
+    watch_id w;
+    w.it_ = add_waiter(std::move(key), min_index, known);
+    w.it_->notify = std::move(notify);
+    if (answers(w.it_->key, min_index, known)) deliver(*w.it_);
+    else ensure_running();
+    return w;
+}
+
+std::optional<kv_watch_hub::key_state> kv_watch_hub::end_watch(watch_id w) {
+    auto answer = std::move(w.it_->answer);
+    remove_waiter(w.it_);
+    return answer;
 }
 
 asio::awaitable<std::optional<kv_watch_hub::key_state>> kv_watch_hub::changed(std::string key,
@@ -88,22 +126,12 @@ asio::awaitable<std::optional<kv_watch_hub::key_state>> kv_watch_hub::changed(st
     auto self = shared_from_this();
     // (A plain function: its locals stay out of this coroutine's frame.)
     if (auto s = answer_now(key, min_index, known)) co_return std::move(*s);
-    auto& list = waiting_[key];
-    auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr, std::nullopt});
-    ++waiter_count_;
-    if (it->min_index > 0 && (!have_snapshot_ || it->min_index > index_))
-        it->pending = short_of_index_.emplace(it->min_index, &*it);
+    auto it = add_waiter(std::move(key), min_index, known);
     // Unregister however this coroutine ends (answered, cancelled, destroyed).
     struct unregister {
         kv_watch_hub* hub;
         waiter_list::iterator it;
-        ~unregister() {
-            if (it->pending) hub->short_of_index_.erase(*it->pending);
-            auto m = hub->waiting_.find(it->key);
-            m->second.erase(it);
-            if (m->second.empty()) hub->waiting_.erase(m);
-            --hub->waiter_count_;
-        }
+        ~unregister() { hub->remove_waiter(it); }
     } guard{this, it};
 
     tenure::detail::timer timer(co_await asio::this_coro::executor, tenure::detail::clock::time_point::max());

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -33,6 +34,9 @@
 namespace tenure::detail {
 
 class kv_watch_hub : public std::enable_shared_from_this<kv_watch_hub> {
+    struct waiter;
+    using waiter_list = std::list<waiter>;
+
 public:
     // The state of one key as of a snapshot.
     struct key_state {
@@ -59,6 +63,20 @@ public:
     boost::asio::awaitable<std::optional<key_state>> changed(std::string key, std::uint64_t min_index,
                                                              std::optional<known_state> known);
 
+    // The same wait with no coroutine behind it: `notify` is posted (to the
+    // client's executor) once a snapshot answers, and end_watch() then gives
+    // the answer and forgets the watch. A leader's monitor parks this way, a
+    // registration instead of a coroutine frame, a timer and its wait per
+    // held key. end_watch() before an answer just forgets the watch; every
+    // watch must end (its owner's destructor at the latest).
+    class watch_id {
+        friend class kv_watch_hub;
+        waiter_list::iterator it_;
+    };
+    watch_id watch(std::string key, std::uint64_t min_index, std::optional<known_state> known,
+                   std::function<void()> notify);
+    std::optional<key_state> end_watch(watch_id w);
+
     // The hub's latest snapshot of `key` (nullopt before the first one).
     std::optional<key_state> current(std::string const& key) const;
     // The same without a copy: the snapshot's entry of `key`, or nullptr when
@@ -76,8 +94,6 @@ public:
     static std::shared_ptr<kv_watch_hub> get(consul::client& client, std::string const& prefix);
 
 private:
-    struct waiter;
-    using waiter_list = std::list<waiter>;
     // Waiters whose min_index is past the snapshot they registered against,
     // by min_index: a later snapshot may answer them though their key did
     // not move.
@@ -87,7 +103,8 @@ private:
         std::uint64_t min_index = 0;
         std::optional<known_state> known;
         std::optional<key_state> answer;
-        tenure::detail::timer* wake = nullptr;
+        tenure::detail::timer* wake = nullptr;  // a coroutine's (changed)
+        std::function<void()> notify;           // or a watch's
         std::optional<short_of_index::iterator> pending;
     };
     // A key of the snapshot, stamped with the last read that had it.
@@ -108,6 +125,8 @@ private:
     std::optional<key_state> answer_now(std::string const& key, std::uint64_t min_index,
                                         std::optional<known_state> const& known) const;
     void deliver(waiter& w);
+    waiter_list::iterator add_waiter(std::string key, std::uint64_t min_index, std::optional<known_state> known);
+    void remove_waiter(waiter_list::iterator it);
     void ensure_running();
     // The shared query's loop. It holds the hub only weakly: when the last
     // election lets go of the hub, ~kv_watch_hub cancels the parked query.

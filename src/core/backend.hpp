@@ -199,7 +199,9 @@ struct scope_state : std::enable_shared_from_this<scope_state> {
     // connection, while the release itself wakes the query at once.
     virtual bool monitor_outlives_release() const noexcept { return false; }
 
-    void start_monitor();
+    // Starts monitor() (owned by the session, stopped by monitor_cancel); a
+    // backend may watch another way until there is something to look at.
+    virtual void start_monitor();
     // Reports `kind` of this scope to the session's on_event, if it has one
     // (nothing is built without: the event copies the key and session id).
     void emit(leadership_event_kind kind, boost::system::error_code why = {}) const noexcept;

@@ -312,6 +312,56 @@ BOOST_AUTO_TEST_CASE(waiters_join_and_leave) {
     });
 }
 
+// A watch (how a leader's monitor parks on the hub): no coroutine, a notice
+// posted when the key changes, the answer taken with end_watch(); one ended
+// before any change is never told.
+BOOST_AUTO_TEST_CASE(a_watch_is_told_of_its_key_and_nothing_else) {
+    run([&]() -> asio::awaitable<void> {
+        auto c = make_client();
+        co_await c->kv_put("w/a", std::string("1"));
+        co_await c->kv_put("w/b", std::string("1"));
+        auto hub = kv_watch_hub::get(*c, "w/");
+        auto s = (co_await hub->changed("w/a", 0, std::nullopt)).value();
+        auto const known = kv_watch_hub::known_state{true, s.pair->modify_index};
+
+        int told = 0;
+        auto w = hub->watch("w/a", s.index, known, [&] { ++told; });
+        BOOST_CHECK_EQUAL(hub->waiters(), 1u);
+        auto const snaps = hub->snapshots();
+        co_await c->kv_put("w/b", std::string("2"));  // another key: a snapshot, no notice
+        UNTIL(hub->snapshots() > snaps);
+        BOOST_CHECK_EQUAL(told, 0);
+
+        co_await c->kv_put("w/a", std::string("2"));
+        UNTIL(told == 1);
+        auto answer = hub->end_watch(w);
+        BOOST_REQUIRE(answer && answer->pair);
+        BOOST_CHECK_EQUAL(answer->pair->value.value_or(""), "2");
+        BOOST_CHECK_EQUAL(hub->waiters(), 0u);
+
+        // Known out of date at registration: told at once (posted, not inline).
+        int stale_told = 0;
+        auto stale = hub->watch("w/a", s.index, known, [&] { ++stale_told; });
+        BOOST_CHECK_EQUAL(stale_told, 0);
+        UNTIL(stale_told == 1);
+        BOOST_CHECK_EQUAL(hub->end_watch(stale)->pair->value.value_or(""), "2");
+
+        // Ended before any change: no answer, and never told.
+        auto const now = *hub->current("w/a");
+        int ended_told = 0;
+        auto ended = hub->watch("w/a", now.index, kv_watch_hub::known_state{true, now.pair->modify_index},
+                                [&] { ++ended_told; });
+        BOOST_CHECK(!hub->end_watch(ended));
+        BOOST_CHECK_EQUAL(hub->waiters(), 0u);
+        auto keep = hub->watch("w/b", 0, std::nullopt, [] {});  // keeps the hub's query going
+        auto const before = hub->snapshots();
+        co_await c->kv_put("w/a", std::string("3"));
+        UNTIL(hub->snapshots() > before);
+        BOOST_CHECK_EQUAL(ended_told, 0);
+        hub->end_watch(keep);
+    });
+}
+
 // Elections on a shared watch: 30 keys, two candidates each. A takes all,
 // B's 30 followers share one query; A's releases hand every key to B, and
 // forced changes reach the leaders' monitors through the hub.
