@@ -6,7 +6,7 @@
 #   FUZZ_RUNS=N          inputs per target (default: 300000; 0: until FUZZ_SECONDS)
 #   FUZZ_SEED=N          libFuzzer's seed (default: 1, so that a CI run is
 #                        repeatable: the same inputs in the same order)
-#   FUZZ_TARGETS="a b"   which targets (default: all three)
+#   FUZZ_TARGETS="a b"   which targets (default: all four)
 # New inputs the fuzzer finds stay in <build>/corpus/<target>/ (the repo's
 # corpus is only read). A crash leaves its input in <build>/artifacts/ and
 # the script prints the command that reproduces it; the exit code is then 1.
@@ -16,8 +16,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
 runs=${FUZZ_RUNS:-300000}
+[ "$runs" = 0 ] && runs=-1  # libFuzzer's "no limit" (its -runs=0 runs only the corpus)
 seed=${FUZZ_SEED:-1}
-targets=${FUZZ_TARGETS:-"fuzz_agent_http fuzz_agent_bodies fuzz_etcd_codec"}
+targets=${FUZZ_TARGETS:-"fuzz_agent_http fuzz_agent_bodies fuzz_etcd_codec fuzz_consul_kv_list"}
 cxx=${FUZZ_CXX:-clang++-14}
 
 if ! command -v "$cxx" >/dev/null 2>&1; then
@@ -39,7 +40,7 @@ for t in $targets; do
   work="$build_dir/corpus/$t"
   artifacts="$build_dir/artifacts/$t/"
   mkdir -p "$work" "$artifacts"
-  echo "fuzz: $t, $runs inputs (at most ${seconds}s), seed $seed"
+  if [ "$runs" = -1 ]; then echo "fuzz: $t for ${seconds}s, seed $seed"; else echo "fuzz: $t, $runs inputs (at most ${seconds}s), seed $seed"; fi
   if ! "$build_dir/$t" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
       -print_final_stats=1 -artifact_prefix="$artifacts" "$work" "fuzz/corpus/$t" >"$build_dir/$t.log" 2>&1; then
     status=1

@@ -83,8 +83,10 @@ namespace {
 // a couple of MB, read again after every few writes under it; the tree of
 // such an answer cost more than the decode, and a fresh arena for it each time
 // touched new memory. An entry the reader holds already (`skip`) costs its
-// parse only. The checks are decode_kv's: a field of the wrong type, a
-// negative or fractional number, bad base64 in Value throw decode_failure.
+// parse only. An entry reads as decode_kv reads the parsed object: the last
+// of a field given twice counts, and its checks (a field of the wrong type, a
+// negative or fractional number, bad base64 in Value) are made when the
+// entry ends, in decode_kv's order and words.
 class kv_list_reader {
 public:
     static constexpr std::size_t max_object_size = std::size_t(-1);
@@ -102,8 +104,8 @@ public:
 
     bool on_array_begin(boost::system::error_code& ec) {
         if (depth_ == 0) {
-            ++depth_;
-            return true;  // the list
+            depth_ = 1;  // the list
+            return true;
         }
         return nested(ec);
     }
@@ -114,7 +116,7 @@ public:
     bool on_object_begin(boost::system::error_code& ec) {
         if (depth_ == 0) return not_an_entry(ec);
         if (depth_ == 1) {
-            ++depth_;
+            depth_ = 2;
             entry_ = {};
             return true;
         }
@@ -126,12 +128,12 @@ public:
     }
 
     bool on_key_part(std::string_view s, std::size_t, boost::system::error_code&) {
-        if (depth_ == 2) name_part(s);
+        if (depth_ == 2) name_.append(s.data(), s.size());
         return true;
     }
     bool on_key(std::string_view s, std::size_t, boost::system::error_code&) {
         if (depth_ == 2) {
-            name_part(s);
+            name_.append(s.data(), s.size());
             field_ = field_of(name_);
             name_.clear();
         }
@@ -147,73 +149,60 @@ public:
     }
     bool on_number_part(std::string_view, boost::system::error_code&) { return true; }
     bool on_int64(std::int64_t v, std::string_view, boost::system::error_code& ec) {
-        if (v < 0) return scalar(ec, "an unsigned integer", "is not a string");
+        if (v < 0) return other_kind(ec);
         return on_uint64(static_cast<std::uint64_t>(v), {}, ec);
     }
     bool on_uint64(std::uint64_t v, std::string_view, boost::system::error_code& ec) {
         if (depth_ < 2) return not_an_entry(ec);
-        if (depth_ != 2) return true;
-        if (auto* n = number_field()) {
-            *n = v;
+        if (depth_ == 2 && is_number(field_)) {
+            entry_.number[index(field_)] = v;
+            entry_.bad[index(field_)] = false;
             return true;
         }
-        return scalar(ec, nullptr, "is not a string");
+        return other_kind(ec);
     }
-    bool on_double(double, std::string_view, boost::system::error_code& ec) {
-        return scalar(ec, "an unsigned integer", "is not a string");
-    }
-    bool on_bool(bool, boost::system::error_code& ec) { return scalar(ec, "an unsigned integer", "is not a string"); }
+    bool on_double(double, std::string_view, boost::system::error_code& ec) { return other_kind(ec); }
+    bool on_bool(bool, boost::system::error_code& ec) { return other_kind(ec); }
     bool on_null(boost::system::error_code& ec) {
         if (depth_ == 1) return not_an_entry(ec);
-        if (depth_ != 2) return true;  // the list itself may be null: no entries
-        // Missing and null read the same: an empty string, no Value, 0.
-        if (auto* n = number_field()) *n = 0;
-        if (auto* t = text_field()) t->clear();
-        if (field_ == field::value) entry_.has_value = false;
+        if (depth_ != 2 || field_ == field::other) return true;  // the list itself may be null: no entries
+        // Null reads as missing: an empty string, no Value, 0.
+        auto const i = index(field_);
+        entry_.bad[i] = false;
+        entry_.present[i] = false;
+        if (is_number(field_)) entry_.number[i] = 0;
         return true;
     }
 
 private:
-    enum class field { other, key, value, session, flags, lock_index, create_index, modify_index };
+    // decode_kv's order: the order of its checks.
+    enum class field { key, value, flags, lock_index, session, create_index, modify_index, other };
+    static constexpr std::size_t fields = 7;
+    static std::size_t index(field f) { return static_cast<std::size_t>(f); }
+    static bool is_number(field f) { return f != field::key && f != field::value && f != field::session && f != field::other; }
     struct entry {
-        std::uint64_t flags = 0, lock_index = 0, create_index = 0, modify_index = 0;
-        bool has_value = false;
+        std::uint64_t number[fields] = {};  // the numeric fields' values, by index()
+        bool present[fields] = {};          // a string was given (Key, Value, Session)
+        bool bad[fields] = {};              // the last value given is of the wrong kind
     };
 
     static field field_of(std::string_view n) {
         if (n == "Key") return field::key;
         if (n == "Value") return field::value;
-        if (n == "Session") return field::session;
         if (n == "Flags") return field::flags;
         if (n == "LockIndex") return field::lock_index;
+        if (n == "Session") return field::session;
         if (n == "CreateIndex") return field::create_index;
         if (n == "ModifyIndex") return field::modify_index;
         return field::other;
     }
-    static char const* name_of(field f) {
+    static std::string wrong_kind(field f) {
+        static char const* const names[fields] = {"Key", "Value", "Flags", "LockIndex", "Session", "CreateIndex",
+                                                  "ModifyIndex"};
+        return std::string(names[index(f)]) + (is_number(f) ? " is not an unsigned integer" : " is not a string");
+    }
+    std::string* text(field f) {
         switch (f) {
-            case field::key: return "Key";
-            case field::value: return "Value";
-            case field::session: return "Session";
-            case field::flags: return "Flags";
-            case field::lock_index: return "LockIndex";
-            case field::create_index: return "CreateIndex";
-            case field::modify_index: return "ModifyIndex";
-            case field::other: break;
-        }
-        return "";
-    }
-    std::uint64_t* number_field() {
-        switch (field_) {
-            case field::flags: return &entry_.flags;
-            case field::lock_index: return &entry_.lock_index;
-            case field::create_index: return &entry_.create_index;
-            case field::modify_index: return &entry_.modify_index;
-            default: return nullptr;
-        }
-    }
-    std::string* text_field() {
-        switch (field_) {
             case field::key: return &key_;
             case field::value: return &value_;
             case field::session: return &session_;
@@ -221,37 +210,34 @@ private:
         }
     }
 
-    void name_part(std::string_view s) { name_.append(s.data(), s.size()); }
-
     bool string_part(std::string_view s, boost::system::error_code& ec) {
         if (depth_ < 2) return not_an_entry(ec);
-        if (depth_ != 2) return true;
-        auto* t = text_field();
-        if (!t) return field_ == field::other || scalar(ec, "an unsigned integer", nullptr);
+        if (depth_ != 2 || field_ == field::other) return true;
+        auto* t = text(field_);
+        if (!t) return other_kind(ec);
         if (!in_string_) {
-            t->clear();
             in_string_ = true;
-            if (field_ == field::value) entry_.has_value = true;
+            t->clear();
+            entry_.present[index(field_)] = true;
+            entry_.bad[index(field_)] = false;
         }
         t->append(s.data(), s.size());
         return true;
     }
 
-    // An object or array inside an entry: fine where nobody reads it.
+    // An object or array: inside an entry, wrong for a field it reads and
+    // skipped for any other.
     bool nested(boost::system::error_code& ec) {
         if (depth_ == 1) return not_an_entry(ec);
-        if (depth_ == 2 && field_ != field::other)
-            return fail(ec, std::string(name_of(field_)) + (text_field() ? " is not a string" : " is not an unsigned integer"));
+        if (depth_ == 2 && field_ != field::other) entry_.bad[index(field_)] = true;
         ++depth_;
         return true;
     }
 
-    // A number, boolean or string where the field wants the other kind.
-    bool scalar(boost::system::error_code& ec, char const* number_wanted, char const* text_wanted) {
+    // A value of the kind its field does not take (or not an entry at all).
+    bool other_kind(boost::system::error_code& ec) {
         if (depth_ < 2) return not_an_entry(ec);
-        if (depth_ != 2 || field_ == field::other) return true;
-        if (number_field() && number_wanted) return fail(ec, std::string(name_of(field_)) + " is not " + number_wanted);
-        if (text_field() && text_wanted) return fail(ec, std::string(name_of(field_)) + " " + text_wanted);
+        if (depth_ == 2 && field_ != field::other) entry_.bad[index(field_)] = true;
         return true;
     }
 
@@ -268,26 +254,27 @@ private:
 
     bool finish_entry(boost::system::error_code& ec) {
         field_ = field::other;
-        if (*skip_ && (*skip_)(key_, entry_.modify_index)) return clear_entry();
-        kv_pair p;
-        p.key = key_;
-        if (entry_.has_value) {
-            auto v = tenure::detail::base64_decode(value_);
-            if (!v) return fail(ec, "Value is not base64 (length " + std::to_string(value_.size()) + ")");
-            p.value = std::move(*v);
+        auto const ki = index(field::key), mi = index(field::modify_index);
+        // As decode_kv_list asks: a Key that is a string, then its ModifyIndex.
+        if (*skip_ && entry_.present[ki] && !entry_.bad[ki]) {
+            if (entry_.bad[mi]) return fail(ec, wrong_kind(field::modify_index));
+            if ((*skip_)(key_, entry_.number[mi])) return true;
         }
-        p.flags = entry_.flags;
-        p.lock_index = entry_.lock_index;
-        p.session = session_;
-        p.create_index = entry_.create_index;
-        p.modify_index = entry_.modify_index;
+        kv_pair p;
+        for (std::size_t i = 0; i < fields; ++i) {
+            if (entry_.bad[i]) return fail(ec, wrong_kind(static_cast<field>(i)));
+            if (i == index(field::value) && entry_.present[i]) {
+                p.value = tenure::detail::base64_decode(value_);
+                if (!p.value) return fail(ec, "Value is not base64 (length " + std::to_string(value_.size()) + ")");
+            }
+        }
+        if (entry_.present[ki]) p.key = key_;
+        p.flags = entry_.number[index(field::flags)];
+        p.lock_index = entry_.number[index(field::lock_index)];
+        if (entry_.present[index(field::session)]) p.session = session_;
+        p.create_index = entry_.number[index(field::create_index)];
+        p.modify_index = entry_.number[mi];
         out_->push_back(std::move(p));
-        return clear_entry();
-    }
-    bool clear_entry() {
-        key_.clear();
-        value_.clear();
-        session_.clear();
         return true;
     }
 

@@ -110,6 +110,11 @@ BOOST_AUTO_TEST_CASE(a_list_reads_each_entry_as_decode_kv_reads_it) {
     BOOST_TEST(refused(R"([{"Key":"k","Value":{"a":1}}])") == "Value is not a string");
     BOOST_TEST(refused(R"([{"Key":"k","CreateIndex":[1]}])") == "CreateIndex is not an unsigned integer");
     BOOST_TEST(refused(R"([{"Key":"k","Value":"not base64!"}])") == "Value is not base64 (length 11)");
+    // The last of a field given twice counts, as in the parsed object; the
+    // checks come in decode_kv's order.
+    BOOST_TEST(refused(R"([{"Key":"k","Flags":1.5,"Flags":2}])") == "accepted");
+    BOOST_TEST(refused(R"([{"Key":"k","Flags":2,"Flags":-2}])") == "Flags is not an unsigned integer");
+    BOOST_TEST(refused(R"([{"Key":"k","Session":7,"Value":"!!"}])") == "Value is not base64 (length 2)");
     BOOST_TEST(refused(R"([{"Key":"k"},"k2"])") == "KV entry is not a JSON object");
     BOOST_TEST(refused(R"([null])") == "KV entry is not a JSON object");
     BOOST_TEST(refused(R"([[{"Key":"k"}]])") == "KV entry is not a JSON object");
