@@ -450,10 +450,8 @@ asio::awaitable<std::optional<consul::kv_pair>> retake_after_lock_delay(consul::
 
 }  // namespace
 
-// Watches the key (its own blocking queries, or the prefix's hub); loss when
-// the key is gone or held by another session. Errors are retried: the
-// session's local deadline, not the monitor, decides when an unreachable
-// server means loss.
+// On a hub, the monitor waits as a watch (a registration, no coroutine)
+// until the hub sees the key change; then watch_key() takes over.
 void consul_lock_scope::start_monitor() {
     if (!hub) return scope_state::start_monitor();
     watching = true;
@@ -480,6 +478,10 @@ void consul_lock_scope::on_hub_answer() {
                          monitor_cancel.slot());
 }
 
+// Watches the key (its own blocking queries, or the prefix's hub); loss when
+// the key is gone or held by another session. Errors are retried: the
+// session's local deadline, not the monitor, decides when an unreachable
+// server means loss.
 asio::awaitable<void> consul_lock_scope::watch_key(std::optional<kv_watch_hub::key_state> first) {
     auto self = shared_from_this();
     watching = true;
