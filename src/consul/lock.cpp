@@ -79,6 +79,7 @@ private:
 constexpr auto spread_per_candidate = std::chrono::microseconds{250};
 constexpr auto max_retry_spread = std::chrono::milliseconds{10};     // after a lock-delay (and at most D/10)
 constexpr auto max_first_try_spread = std::chrono::milliseconds{10};  // the first try of a freed key
+constexpr auto max_named_lead = std::chrono::milliseconds{1};        // the named one's early tries (and at most D/10)
 
 clock::duration random_up_to(clock::duration limit) {
     if (limit <= clock::duration::zero()) return clock::duration::zero();
@@ -1169,9 +1170,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             behind_unsettled = behind;
         } else if (freed_at) {
             // Retries after the lock-delay are spread by the same order; the
-            // one named retries at its end.
+            // one named retries at its end, starting a little before it (the
+            // only candidate that does: the others defer to it).
             backoff.spread_retries(named ? clock::duration::zero() : std::min<clock::duration>(max_retry_spread, behind),
                                    next_spread_seed());
+            backoff.lead_retries(named ? max_named_lead : clock::duration::zero());
             backoff.freed(*freed_at, holder_delay);
         }
         if (!rk.defer_to.empty() || rk.read_all) {

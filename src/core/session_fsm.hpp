@@ -139,11 +139,26 @@ public:
         rng_.seed(static_cast<std::uint_fast32_t>(seed ^ (seed >> 32)));
     }
 
+    // For the one candidate that goes first (the marker names it): start
+    // trying up to `max_lead` (at most a tenth of the lock-delay) before the
+    // estimated end, then every `step` until a little past it. The server
+    // started the delay when it invalidated the holder, earlier than we saw
+    // the key free by the wake-up's lag (our answer is one of every parked
+    // watcher's, then queued behind the others' in our process), so the end
+    // estimated from our sighting is late by that lag. A refused early try
+    // costs one small transaction. Off (0) by default.
+    void lead_retries(duration max_lead, duration step = std::chrono::microseconds{200}) {
+        lead_ = max_lead;
+        lead_step_ = step;
+    }
+
     // The key was seen going from held to free at `now`; `lock_delay` is the
     // previous holder's LockDelay (clamped to 60 s as the server does).
     void freed(time_point now, duration lock_delay) {
         lock_delay = std::clamp<duration>(lock_delay, duration{0}, std::chrono::seconds{60});
-        expected_end_ = now + lock_delay + spread_sample(lock_delay);
+        auto const lead = std::min<duration>(lead_, lock_delay / 10);
+        expected_end_ = now + lock_delay - lead + spread_sample(lock_delay);
+        lead_tries_ = lead > duration{0} && lead_step_ > duration{0} ? static_cast<int>(lead / lead_step_) + 1 : 0;
         attempts_ = 0;
     }
 
@@ -151,6 +166,7 @@ public:
     void held() {
         expected_end_.reset();
         attempts_ = 0;
+        lead_tries_ = 0;
     }
 
     // An acquire on a free key answered false at `now`: when to try again.
@@ -159,6 +175,10 @@ public:
         if (now < *expected_end_) {
             attempts_ = 0;
             return *expected_end_;
+        }
+        if (lead_tries_ > 0) {
+            --lead_tries_;
+            return now + lead_step_;
         }
         duration wait = min_;
         for (int i = 0; i < attempts_ && wait < max_; ++i) wait *= 2;
@@ -180,6 +200,9 @@ private:
     std::optional<time_point> expected_end_;
     int attempts_ = 0;
     duration spread_{0};
+    duration lead_{0};
+    duration lead_step_{0};
+    int lead_tries_ = 0;  // early tries left, `lead_step_` apart
     std::minstd_rand rng_;
 };
 

@@ -194,6 +194,41 @@ BOOST_AUTO_TEST_CASE(the_spread_is_at_most_a_tenth_of_the_lock_delay) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(the_one_that_goes_first_tries_a_little_before_the_end_then_often) {
+    // Seen free late by the wake-up's lag: the server's delay ends up to 1 ms
+    // before our estimate. Tries from 1 ms before it, every 200 us, until
+    // 200 us past it; then the ordinary backoff.
+    acquire_backoff b;
+    b.lead_retries(1ms);
+    b.freed(t0, 100ms);
+    BOOST_TEST((b.refused(t0 + 1ms, 1s) == t0 + 99ms));
+    time_point now = t0 + 99ms;
+    for (int i = 0; i < 6; ++i) {
+        time_point const next = b.refused(now, 1s);
+        BOOST_TEST((next == now + 200us));
+        now = next;
+    }
+    BOOST_TEST((now == t0 + 100ms + 200us));
+    BOOST_TEST((b.refused(now, 1s) == now + 2ms));
+    // A later freeing starts the early tries again; a new holder forgets them.
+    b.freed(now, 100ms);
+    BOOST_TEST((b.refused(now, 1s) == now + 99ms));
+    b.held();
+    b.freed(t0, 0ms);
+    BOOST_TEST((b.refused(t0, 1s) == t0 + 2ms));
+}
+
+BOOST_AUTO_TEST_CASE(the_early_tries_are_at_most_a_tenth_of_the_lock_delay) {
+    acquire_backoff b;
+    b.lead_retries(1ms);
+    b.freed(t0, 5ms);
+    BOOST_TEST((b.refused(t0, 1s) == t0 + 4500us));
+    BOOST_TEST((b.refused(t0 + 4500us, 1s) == t0 + 4700us));
+    BOOST_TEST((b.refused(t0 + 4700us, 1s) == t0 + 4900us));
+    BOOST_TEST((b.refused(t0 + 4900us, 1s) == t0 + 5100us));
+    BOOST_TEST((b.refused(t0 + 5100us, 1s) == t0 + 5100us + 2ms));  // past the end: the ordinary backoff
+}
+
 BOOST_AUTO_TEST_CASE(a_new_holder_resets_the_estimate) {
     acquire_backoff b;
     b.freed(t0, 15s);
