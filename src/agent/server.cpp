@@ -29,6 +29,7 @@
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
@@ -822,8 +823,11 @@ asio::awaitable<std::optional<ag::response>> agent::impl::evaluate(connection& c
                                                                    ag::request const& req) {
     ag::blocking_state bs;
     ag::api_outcome out;
+    auto const woken_before = sm.wakeups();
+    auto const handovers_before = sm.handovers();
     if (c.bucket.try_take(ag::clock::now())) out = handle(req, bs);
     else out.res = ag::rate_limited();  // the connection stays open
+    bool const handed_on = sm.handovers() != handovers_before && sm.wakeups() != woken_before;
     while (!out.res) {
         if (opts.max_blocking_queries && sm.watcher_count() >= opts.max_blocking_queries) {
             out.res = ag::too_many_blocking_queries(opts.max_blocking_queries);
@@ -840,6 +844,15 @@ asio::awaitable<std::optional<ag::response>> agent::impl::evaluate(connection& c
     // ---- durability: nothing leaves that is not on disk (group commit) ----
     if (commits && !co_await commits->wait_durable())
         out.res = text_response(http::status::internal_server_error, "write-ahead log failed; agent stopping");
+    // A transaction that handed a lock to another session lets the
+    // blocking queries it woke answer first: the new holder is waiting in
+    // one of them and needs no further request, while the writer knows
+    // what it sent. (The woken coroutines resume from handlers the wake-up
+    // queued; this one queues behind them.) Any other write answers its
+    // writer first: after an acquire the writer is the new holder, and
+    // after a plain release the woken race with a request of their own
+    // (measured: 100 of them raced no sooner for it).
+    if (handed_on) co_await asio::post(c.stream.get_executor(), asio::use_awaitable);
     co_return std::move(out.res);
 }
 

@@ -44,6 +44,7 @@ struct watch_hub {
         std::function<void()> callback;
     };
     std::uint64_t next_id = 1;
+    std::uint64_t fired = 0;  // watchers woken, ever
     std::unordered_map<std::uint64_t, watcher> watchers;
     std::unordered_map<std::string, id_list> by_key;
     std::map<std::string, id_list, std::less<>> by_prefix;
@@ -101,6 +102,7 @@ struct watch_hub {
             auto cb = std::move(it->second.callback);
             for (auto const& t : it->second.targets) drop_index(id, t);
             watchers.erase(it);
+            ++fired;
             if (cb) cb();
         }
     }
@@ -141,6 +143,8 @@ state_machine::watch_registration state_machine::watch(std::vector<watch_target>
 }
 
 std::size_t state_machine::watcher_count() const noexcept { return hub_->watchers.size(); }
+std::uint64_t state_machine::wakeups() const noexcept { return hub_->fired; }
+std::uint64_t state_machine::handovers() const noexcept { return handovers_; }
 
 // ---------------------------------------------------------------------------
 // Transactions: an undo log of every key touched, restored on failure.
@@ -157,6 +161,8 @@ struct state_machine::txn_undo {
         lock_term term;  // began: the new term; else key and end
     };
     std::vector<term_event> terms;  // lock history events to record on commit
+    int terms_ended = 0;  // in this txn: both, and it handed a lock over
+    int terms_began = 0;
     std::uint64_t kvs_index, tombstones_index;
 
     void remember(state_machine const& sm, std::string_view key) {
@@ -189,6 +195,7 @@ void state_machine::notify_table(watch_target::kind k) {
 // ---------------------------------------------------------------------------
 
 void state_machine::term_began(kv_entry const& e, std::uint64_t idx) {
+    if (undo_) ++undo_->terms_began;
     if (history_.capacity() == 0) return;
     lock_term t;
     t.key = e.key;
@@ -205,6 +212,7 @@ void state_machine::term_began(kv_entry const& e, std::uint64_t idx) {
 }
 
 void state_machine::term_ended(std::string_view key, std::string_view how) {
+    if (undo_) ++undo_->terms_ended;
     if (history_.capacity() == 0) return;
     std::optional<time_point> delay;
     if (ending_) {
@@ -816,6 +824,7 @@ txn_outcome state_machine::txn(std::vector<txn_kv_op> const& ops, time_point now
         index_ = idx;
         out.index = idx;
     }
+    if (undo.terms_ended > 0 && undo.terms_began > 0) ++handovers_;
     for (auto& ev : undo.terms) {
         if (ev.began) history_.begin(std::move(ev.term));
         else history_.end(ev.term.key, ev.term.end, now, std::nullopt);

@@ -294,6 +294,11 @@ public:
     // Destroying the registration cancels it.
     [[nodiscard]] watch_registration watch(std::vector<watch_target> targets, std::function<void()> callback);
     std::size_t watcher_count() const noexcept;
+    // How many watchers writes have woken so far (it only grows).
+    std::uint64_t wakeups() const noexcept;
+    // How many transactions so far ended a hold of a lock and began
+    // another: handed a lock from one session to the next.
+    std::uint64_t handovers() const noexcept;
 
     // Called on every invalidation (for metrics and tests).
     std::function<void(session_entry const&, invalidation_cause)> on_invalidate;
@@ -385,6 +390,7 @@ private:
     std::shared_ptr<struct watch_hub> hub_;
     lock_history history_;
     std::uint64_t renewals_ = 0;
+    std::uint64_t handovers_ = 0;
     // The instant of the mutating call in progress: stamps history events.
     time_point event_now_{};
     // Set while invalidate_session frees keys: how their terms end.

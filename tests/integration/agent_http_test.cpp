@@ -26,7 +26,15 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
 
 namespace json = boost::json;
 using namespace tenure::itest;
@@ -167,6 +175,67 @@ std::optional<json::object> kv_get(http_client& c, std::string const& key) {
     BOOST_REQUIRE_EQUAL(a.size(), 1u);
     return as_object(a[0]);
 }
+
+// A plain TCP connection whose reads report when the kernel received the
+// data (SO_TIMESTAMPNS): the order two answers arrived in, on two sockets.
+class stamped_socket {
+public:
+    struct received {
+        std::string bytes;
+        std::chrono::nanoseconds at{};  // CLOCK_REALTIME of the first read's data
+    };
+
+    explicit stamped_socket(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+        BOOST_REQUIRE(fd_ >= 0);
+        int one = 1;
+        BOOST_REQUIRE(::setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0);
+        ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        BOOST_REQUIRE(::connect(fd_, reinterpret_cast<sockaddr const*>(&a), sizeof a) == 0);
+    }
+    ~stamped_socket() { ::close(fd_); }
+    stamped_socket(stamped_socket const&) = delete;
+    stamped_socket& operator=(stamped_socket const&) = delete;
+
+    void send(std::string const& bytes) {
+        BOOST_REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+    }
+
+    // What one read returns, within 10 s.
+    received receive() {
+        pollfd p{fd_, POLLIN, 0};
+        BOOST_REQUIRE_MESSAGE(::poll(&p, 1, 10000) == 1, "no answer within 10 s");
+        char data[4096];
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+        iovec iov{data, sizeof data};
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = control;
+        m.msg_controllen = sizeof control;
+        ssize_t const n = ::recvmsg(fd_, &m, 0);
+        BOOST_REQUIRE(n > 0);
+        received out;
+        out.bytes.assign(data, static_cast<std::size_t>(n));
+        bool stamped = false;
+        for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+                timespec ts;
+                std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                out.at = std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+                stamped = true;
+            }
+        }
+        BOOST_REQUIRE_MESSAGE(stamped, "the kernel gave no receive timestamp");
+        return out;
+    }
+
+private:
+    int fd_;
+};
 
 // Index of a single-key read (present or not).
 std::uint64_t kv_index(http_client& c, std::string const& key) {
@@ -1134,6 +1203,61 @@ BOOST_AUTO_TEST_CASE(put_wakes_a_blocked_get_promptly) {
     BOOST_TEST(consul_index(r) > idx);
     BOOST_TEST(consul_index(r) == u64(e, "ModifyIndex"));
     BOOST_TEST(latency < 1000.0);
+}
+
+// A transaction that hands a lock to another session lets the blocking
+// queries it woke answer first (the new holder waits in one of them); an
+// acquire or a release answers its writer first. The order is read from the
+// kernel's receive timestamps of the two answers (SO_TIMESTAMPNS), not from
+// when this thread happened to look.
+BOOST_AUTO_TEST_CASE(a_handover_answers_the_queries_it_woke_first_other_writes_their_writer) {
+    auto const a = session_create(http);
+    auto const b = session_create(http);
+    auto const parked = [&] {
+        auto r = http.get("/v1/agent/metrics?format=prometheus");
+        return r.body.find("\ntenure_blocking_queries 1\n") != std::string::npos;
+    };
+    // Parks a GET of the key, sends `write` on another connection; the two
+    // answers, and how far the woken one arrived ahead of the write's.
+    auto const race = [&](std::string const& write) {
+        auto const idx = kv_index(http, "handed");
+        stamped_socket watch(agent.port());
+        stamped_socket writer(agent.port());
+        watch.send("GET /v1/kv/handed?index=" + std::to_string(idx) + "&wait=10s HTTP/1.1\r\nHost: a\r\n\r\n");
+        auto const deadline = steady::now() + 10s;
+        while (!parked() && steady::now() < deadline) std::this_thread::sleep_for(1ms);
+        BOOST_REQUIRE_MESSAGE(parked(), "the GET did not park");
+        writer.send(write);
+        auto const written = writer.receive();
+        auto const woken = watch.receive();
+        BOOST_TEST(written.bytes.rfind("HTTP/1.1 200", 0) == 0u, written.bytes);
+        BOOST_TEST(woken.bytes.rfind("HTTP/1.1 200", 0) == 0u, woken.bytes);
+        return std::pair{woken.bytes, std::chrono::duration<double, std::micro>(written.at - woken.at).count()};
+    };
+    auto const put = [](std::string const& target) {
+        return "PUT " + target + " HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nv";
+    };
+
+    auto [taken, taken_ahead_us] = race(put("/v1/kv/handed?acquire=" + a));
+    BOOST_TEST(taken.find(a) != std::string::npos, taken);
+    BOOST_TEST(taken_ahead_us < 0.0, "an acquire's woken query was answered " << taken_ahead_us
+                                                                              << " us before the acquire itself");
+
+    auto [freed, freed_ahead_us] = race(put("/v1/kv/handed?release=" + a));
+    BOOST_TEST(freed.find("\"Session\"") == std::string::npos, freed);
+    BOOST_TEST(freed_ahead_us < 0.0, "a release's woken query was answered " << freed_ahead_us
+                                                                            << " us before the release itself");
+
+    // A handover: one transaction, a's unlock and b's lock.
+    REQUIRE_STATUS(http.put("/v1/kv/handed?acquire=" + a, "v"), 200u);
+    std::string const txn =
+        R"([{"KV":{"Verb":"unlock","Key":"handed","Session":")" + a + R"("}},)" +
+        R"({"KV":{"Verb":"lock","Key":"handed","Value":"dg==","Session":")" + b + R"("}}])";
+    auto [handed, handed_ahead_us] = race("PUT /v1/txn HTTP/1.1\r\nHost: a\r\nContent-Length: " +
+                                          std::to_string(txn.size()) + "\r\n\r\n" + txn);
+    BOOST_TEST(handed.find(b) != std::string::npos, handed);
+    BOOST_TEST(handed_ahead_us > 0.0, "a handover's woken query was answered " << -handed_ahead_us
+                                                                              << " us after the handover itself");
 }
 
 BOOST_AUTO_TEST_CASE(unrelated_put_does_not_wake) {
