@@ -79,7 +79,7 @@ private:
 constexpr auto spread_per_candidate = std::chrono::microseconds{250};
 constexpr auto max_retry_spread = std::chrono::milliseconds{10};     // after a lock-delay (and at most D/10)
 constexpr auto max_first_try_spread = std::chrono::milliseconds{10};  // the first try of a freed key
-constexpr auto max_named_lead = std::chrono::milliseconds{1};        // the named one's early tries (and at most D/10)
+constexpr auto max_named_lead = std::chrono::milliseconds{2};        // the named one's early tries (and at most D/10)
 
 clock::duration random_up_to(clock::duration limit) {
     if (limit <= clock::duration::zero()) return clock::duration::zero();
