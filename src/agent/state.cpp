@@ -161,7 +161,9 @@ struct state_machine::txn_undo {
         lock_term term;  // began: the new term; else key and end
     };
     std::vector<term_event> terms;  // lock history events to record on commit
-    int terms_ended = 0;  // in this txn: both, and it handed a lock over
+    // Holds of a lock this txn ended and began: both means it handed a
+    // lock from one session to another (counted even with no history kept).
+    int terms_ended = 0;
     int terms_began = 0;
     std::uint64_t kvs_index, tombstones_index;
 
