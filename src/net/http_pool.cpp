@@ -195,10 +195,15 @@ void http_pool::fail_io(boost::system::error_code const& ec, bool aborted, std::
 }
 
 std::unique_ptr<http_connection> http_pool::take_idle() {
+    auto const now = clock::now();
     while (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
-        if (!idle_connection_dead(*c)) return c;
+        // Given back a moment ago: no server closes a keep-alive connection
+        // right after answering on it, and if one did, the request's stale
+        // retry covers it. The probe's syscall is paid by connections idle
+        // long enough to have been reaped.
+        if (now - c->idle_since < trusted_idle || !idle_connection_dead(*c)) return c;
     }
     return nullptr;
 }
@@ -207,6 +212,7 @@ void http_pool::give_back(std::unique_ptr<http_connection> c, std::uint64_t gene
     if (generation != generation_ || c->aborted || c->buffer.size() != 0) return;
     if (idle_.size() >= opts_.max_idle) return;
     c->stream.expires_never();
+    c->idle_since = clock::now();
     idle_.push_back(std::move(c));
     wake_one();
 }

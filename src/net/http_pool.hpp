@@ -3,8 +3,8 @@
 // Consul and the etcd transports.
 //
 // A request takes the most recently used idle connection (after a
-// non-blocking check that the server has not closed it) or connects a new
-// one; the connection goes back to the pool only after a complete exchange
+// non-blocking check that the server has not closed it, when it has been
+// idle for a second or more) or connects a new one; the connection goes back to the pool only after a complete exchange
 // whose response allows keep-alive, and only if close() has not run since.
 // Any error, timeout or cancellation closes the connection. With
 // max_connections set, a request that finds every connection busy waits for
@@ -105,6 +105,7 @@ struct http_connection {
     std::shared_ptr<connection_count> count;
     boost::beast::flat_buffer buffer;
     bool aborted = false;  // closed under a pending operation (the pool's close(), or its owner's)
+    tenure::detail::clock::time_point idle_since{};  // when it was last given back to the pool
     std::size_t active_slot = 0;  // its place in the pool's active list while in it
 };
 
@@ -151,6 +152,9 @@ private:
     [[noreturn]] void fail(boost::system::error_code ec, std::string what, std::string_view reason = {}) const;
     [[noreturn]] void fail_io(boost::system::error_code const& ec, bool aborted, std::string what) const;
 
+    // An idle connection given back less than this long ago is taken
+    // without the probe of the server having closed it.
+    static constexpr std::chrono::milliseconds trusted_idle{1000};
     std::unique_ptr<http_connection> take_idle();
     void give_back(std::unique_ptr<http_connection> c, std::uint64_t generation);
     bool at_limit() const noexcept;
