@@ -75,11 +75,13 @@ asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> r
         decltype(it) pos;
         ~unlink() { owner->waiters.erase(pos); }
     } guard{st, it};
+    asio::cancellation_state const state = co_await asio::this_coro::cancellation_state;
+    terminal_forwarder cancel(state.slot());
     auto group = asio::experimental::make_parallel_group(asio::co_spawn(ex, std::move(op), asio::deferred),
                                                          parked.async_wait(asio::deferred));
     if constexpr (std::is_void_v<T>) {
-        auto [order, ex0, ec1] = co_await std::move(group).async_wait(asio::experimental::wait_for_one(),
-                                                                      asio::deferred);
+        auto [order, ex0, ec1] = co_await std::move(group).async_wait(
+            asio::experimental::wait_for_one(), asio::bind_cancellation_slot(cancel.slot(), asio::use_awaitable));
         (void)ec1;
         if (order[0] == 0) {
             if (ex0) std::rethrow_exception(ex0);
@@ -88,8 +90,8 @@ asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> r
         if (!st->set) throw boost::system::system_error(asio::error::operation_aborted);
         co_return false;
     } else {
-        auto [order, ex0, r0, ec1] = co_await std::move(group).async_wait(asio::experimental::wait_for_one(),
-                                                                          asio::deferred);
+        auto [order, ex0, r0, ec1] = co_await std::move(group).async_wait(
+            asio::experimental::wait_for_one(), asio::bind_cancellation_slot(cancel.slot(), asio::use_awaitable));
         (void)ec1;
         if (order[0] == 0) {
             if (ex0) std::rethrow_exception(ex0);

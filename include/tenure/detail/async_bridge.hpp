@@ -1,7 +1,9 @@
 // Bridges an asio::awaitable implementation to Asio's universal
 // completion-token model: `async_run(ex, op, token)` launches `op` with
 // co_spawn and completes the token with `void(error_code)` or
-// `void(error_code, T)`. A system_error thrown by the coroutine becomes the
+// `void(error_code, T)` (awaited with use_awaitable on the object's own
+// executor, an operation that takes every cancellation type runs in the
+// awaiting coroutine instead: see rethrowing). A system_error thrown by the coroutine becomes the
 // error_code; with use_awaitable (the default token) the exception itself
 // is rethrown instead, so a server_error keeps the server's words; with_diagnostics(diag, token) keeps them on the
 // error-code path (tenure/diagnostics.hpp). The token's cancellation slot
@@ -23,6 +25,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -188,8 +191,33 @@ auto run_bridged(Executor const& ex, boost::asio::awaitable<T> op, CompletionTok
 // (Completing with void(exception_ptr, T) straight into use_awaitable does
 // not compile with Boost 1.81's awaitable handler; awaiting it as a tuple
 // does.)
+//
+// Awaited on the object's own executor, an operation that takes every
+// cancellation type runs in the awaiting coroutine itself: the caller's
+// cancellation reaches it as it would through the bridge (which passes every
+// type on), and it costs no co_spawn - no coroutine thread of its own, no
+// trip through the scheduler when it ends. Elsewhere (another executor, or an
+// operation that takes terminal cancellation only, which the bridge filters)
+// it is bridged.
 template <class T>
 boost::asio::awaitable<T> rethrowing(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, cancel_on types) {
+    // (A statement of its own: g++ 12 mishandles temporaries in an
+    // expression around co_await.)
+    boost::asio::any_io_executor const caller = co_await boost::asio::this_coro::executor;
+    if (types == cancel_on::any && ex != nullptr && ex == caller) {
+        try {
+            if constexpr (std::is_void_v<T>) {
+                co_await std::move(op);
+                co_return;
+            } else {
+                co_return co_await std::move(op);
+            }
+        } catch (boost::system::system_error const&) {
+            throw;
+        } catch (...) {
+            throw boost::system::system_error(make_error_code(error::unexpected_response));
+        }
+    }
     auto tok = boost::asio::as_tuple(boost::asio::use_awaitable);
     if constexpr (std::is_void_v<T>) {
         auto [e] = co_await run_bridged<T, true>(ex, std::move(op), tok, types, nullptr);
