@@ -8,7 +8,9 @@
 #include <boost/json/error.hpp>
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/serializer.hpp>
 
+#include <charconv>
 #include <cstdint>
 
 namespace tenure::consul::detail {
@@ -365,26 +367,61 @@ std::string encode_session_request(session_request const& r) {
     return json::serialize(o);
 }
 
-std::string encode_txn(std::vector<txn_op> const& ops) {
-    // The JSON lives only until it is serialized: no heap for it.
-    unsigned char scratch[4096];
-    json::monotonic_resource mr(scratch, sizeof scratch);
-    json::array a(&mr);
-    a.reserve(ops.size());
-    for (auto const& op : ops) {
-        json::object kv(&mr);
-        kv.reserve(6);
-        kv["Verb"] = op.verb;
-        kv["Key"] = op.key;
-        if (op.value) kv["Value"] = tenure::detail::base64_encode(*op.value);
-        kv["Flags"] = op.flags;
-        kv["Index"] = op.index;
-        kv["Session"] = op.session;
-        json::object item(&mr);
-        item["KV"] = std::move(kv);
-        a.emplace_back(std::move(item));
+namespace {
+
+// `s` as a JSON string, appended: quoted and escaped by Boost.JSON's
+// serializer, in pieces through a buffer on the stack.
+void append_json_string(std::string& out, json::serializer& sr, std::string_view s) {
+    sr.reset(s);
+    char buf[256];
+    while (!sr.done()) {
+        auto const part = sr.read(buf, sizeof buf);
+        out.append(part.data(), part.size());
     }
-    return json::serialize(a);
+}
+
+void append_u64(std::string& out, std::uint64_t v) {
+    char buf[20];
+    auto const end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    out.append(buf, end);
+}
+
+}  // namespace
+
+// Written straight into the body, in json::serialize's shape and field order:
+// a json::array of objects built first and then serialized cost about 6,000
+// instructions for a one-operation lock, a third of the client's JSON work
+// per acquire at 10,000 elections.
+std::string encode_txn(std::vector<txn_op> const& ops) {
+    std::size_t size = 2;
+    for (auto const& op : ops)
+        size += 96 + op.verb.size() + op.key.size() + op.session.size() + (op.value ? op.value->size() * 4 / 3 + 4 : 0);
+    std::string out;
+    out.reserve(size);
+    json::serializer sr;
+    out += '[';
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        auto const& op = ops[i];
+        if (i != 0) out += ',';
+        out += R"({"KV":{"Verb":)";
+        append_json_string(out, sr, op.verb);
+        out += R"(,"Key":)";
+        append_json_string(out, sr, op.key);
+        if (op.value) {
+            out += R"(,"Value":")";  // base64: nothing to escape
+            tenure::detail::append_base64(out, *op.value);
+            out += '"';
+        }
+        out += R"(,"Flags":)";
+        append_u64(out, op.flags);
+        out += R"(,"Index":)";
+        append_u64(out, op.index);
+        out += R"(,"Session":)";
+        append_json_string(out, sr, op.session);
+        out += "}}";
+    }
+    out += ']';
+    return out;
 }
 
 std::string encode_check(check_registration const& c) {

@@ -20,9 +20,15 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept {
     return v;
 }
 
+void append_base64(std::string& out, std::string_view in) {
+    auto const at = out.size();
+    out.resize(at + base64::encoded_size(in.size()));
+    out.resize(at + base64::encode(out.data() + at, in.data(), in.size()));
+}
+
 std::string base64_encode(std::string_view in) {
-    std::string out(base64::encoded_size(in.size()), '\0');
-    out.resize(base64::encode(out.data(), in.data(), in.size()));
+    std::string out;
+    append_base64(out, in);
     return out;
 }
 

@@ -15,6 +15,8 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) noexcept;
 
 // Go's base64.StdEncoding (padded).
 std::string base64_encode(std::string_view in);
+// The same, appended to `out`.
+void append_base64(std::string& out, std::string_view in);
 // nullopt when `in` is not padded standard base64.
 std::optional<std::string> base64_decode(std::string_view in);
 

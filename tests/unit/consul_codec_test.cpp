@@ -3,9 +3,11 @@
 // answers it decodes, in the shapes Consul writes (api/kv.go, api/session.go,
 // api/txn.go; ../shared/reference/consul-semantics.md).
 #include "consul/codec.hpp"
+#include "net/wire.hpp"
 
 #include <boost/beast/http/fields.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -194,6 +196,38 @@ BOOST_AUTO_TEST_CASE(a_txn_encodes_each_op_as_consul_reads_kv_txn_ops) {
     auto const& kv1 = a[1].as_object().at("KV").as_object();
     BOOST_TEST(!kv1.contains("Value"));
     BOOST_TEST(kv1.at("Index").to_number<std::uint64_t>() == 9u);
+}
+
+// The body is written by hand (no json::array built first): it must be what
+// json::serialize made of the same ops, strings escaped as JSON asks.
+BOOST_AUTO_TEST_CASE(a_txn_body_is_what_serializing_the_ops_as_json_gives) {
+    std::vector<consul::txn_op> ops(3);
+    ops[0].verb = "lock";
+    ops[0].key = "jobs/\"quoted\"\\back\nline\x01\u00e9t\u00e9";
+    ops[0].value = std::string("bytes\0\xff", 7);
+    ops[0].flags = std::numeric_limits<std::uint64_t>::max();
+    ops[0].session = "s\"1";
+    ops[1].verb = "check-index";
+    ops[1].key = "k2";
+    ops[1].index = 9;
+    ops[2].verb = "get";
+    ops[2].key = std::string(600, 'x');  // longer than one read of the serializer
+    json::array expected;
+    for (auto const& op : ops) {
+        json::object kv;
+        kv["Verb"] = op.verb;
+        kv["Key"] = op.key;
+        if (op.value) kv["Value"] = tenure::detail::base64_encode(*op.value);
+        kv["Flags"] = op.flags;
+        kv["Index"] = op.index;
+        kv["Session"] = op.session;
+        expected.emplace_back(json::object{{"KV", std::move(kv)}});
+    }
+    auto const body = cd::encode_txn(ops);
+    BOOST_TEST(body == json::serialize(expected));
+    auto const back = json::parse(body).as_array();
+    BOOST_TEST(back[0].as_object().at("KV").as_object().at("Key").as_string() == ops[0].key);
+    BOOST_TEST(cd::encode_txn({}) == "[]");
 }
 
 BOOST_AUTO_TEST_CASE(txn_answers_committed_and_rolled_back) {
