@@ -6,7 +6,6 @@
 
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/error.hpp>
-#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/serializer.hpp>
 
@@ -79,101 +78,96 @@ kv_pair decode_kv(json::value const& v) {
 
 namespace {
 
-// Reads a KV list as Boost.JSON's parser walks it (basic_parser's handler
-// events), with no document built: one entry's fields at a time, in buffers
-// kept for the whole list. A 10,000-key snapshot of the watch hub's prefix is
-// a couple of MB, read again after every few writes under it; the tree of
-// such an answer cost more than the decode, and a fresh arena for it each time
-// touched new memory. An entry the reader holds already (`skip`) costs its
-// parse only. An entry reads as decode_kv reads the parsed object: the last
-// of a field given twice counts, and its checks (a field of the wrong type, a
-// negative or fractional number, bad base64 in Value) are made when the
-// entry ends, in decode_kv's order and words.
-class kv_list_reader {
+// One KV entry's fields as Boost.JSON's parser walks them (basic_parser's
+// handler events), with no document built: a reader of a KV list and one of
+// a transaction's answer hand it the events at the entry's own level, and it
+// keeps each field's last value in buffers of its own. An entry
+// reads as decode_kv reads the parsed object: the last of a field given twice
+// counts, and its checks (a field of the wrong type, a negative or fractional
+// number, bad base64 in Value) are made when the entry ends, in decode_kv's
+// order and words.
+class kv_entry_reader {
 public:
-    static constexpr std::size_t max_object_size = std::size_t(-1);
-    static constexpr std::size_t max_array_size = std::size_t(-1);
-    static constexpr std::size_t max_key_size = std::size_t(-1);
-    static constexpr std::size_t max_string_size = std::size_t(-1);
-
-    kv_list_reader(kv_list_skip const* skip, std::vector<kv_pair>* out) : skip_(skip), out_(out) {}
-    std::string const& failure() const noexcept { return failure_; }
-
-    bool on_document_begin(boost::system::error_code&) { return true; }
-    bool on_document_end(boost::system::error_code&) { return true; }
-    bool on_comment_part(std::string_view, boost::system::error_code&) { return true; }
-    bool on_comment(std::string_view, boost::system::error_code&) { return true; }
-
-    bool on_array_begin(boost::system::error_code& ec) {
-        if (depth_ == 0) {
-            depth_ = 1;  // the list
-            return true;
-        }
-        return nested(ec);
+    void begin() {
+        entry_ = {};
+        field_ = field::other;
     }
-    bool on_array_end(std::size_t, boost::system::error_code&) {
-        --depth_;
-        return true;
+    void key_part(std::string_view s) { name_.append(s.data(), s.size()); }
+    void key(std::string_view s) {
+        name_.append(s.data(), s.size());
+        field_ = field_of(name_);
+        name_.clear();
     }
-    bool on_object_begin(boost::system::error_code& ec) {
-        if (depth_ == 0) return not_an_entry(ec);
-        if (depth_ == 1) {
-            depth_ = 2;
-            entry_ = {};
-            return true;
-        }
-        return nested(ec);
-    }
-    bool on_object_end(std::size_t, boost::system::error_code& ec) {
-        if (--depth_ == 1) return finish_entry(ec);
-        return true;
-    }
-
-    bool on_key_part(std::string_view s, std::size_t, boost::system::error_code&) {
-        if (depth_ == 2) name_.append(s.data(), s.size());
-        return true;
-    }
-    bool on_key(std::string_view s, std::size_t, boost::system::error_code&) {
-        if (depth_ == 2) {
-            name_.append(s.data(), s.size());
-            field_ = field_of(name_);
-            name_.clear();
-        }
-        return true;
-    }
-    bool on_string_part(std::string_view s, std::size_t, boost::system::error_code& ec) {
-        return string_part(s, ec);
-    }
-    bool on_string(std::string_view s, std::size_t, boost::system::error_code& ec) {
-        if (!string_part(s, ec)) return false;
-        in_string_ = false;
-        return true;
-    }
-    bool on_number_part(std::string_view, boost::system::error_code&) { return true; }
-    bool on_int64(std::int64_t v, std::string_view, boost::system::error_code& ec) {
-        if (v < 0) return other_kind(ec);
-        return on_uint64(static_cast<std::uint64_t>(v), {}, ec);
-    }
-    bool on_uint64(std::uint64_t v, std::string_view, boost::system::error_code& ec) {
-        if (depth_ < 2) return not_an_entry(ec);
-        if (depth_ == 2 && is_number(field_)) {
-            entry_.number[index(field_)] = v;
+    void string_part(std::string_view s) {
+        if (field_ == field::other) return;
+        auto* t = text(field_);
+        if (!t) return wrong_kind();
+        if (!in_string_) {
+            in_string_ = true;
+            t->clear();
+            entry_.present[index(field_)] = true;
             entry_.bad[index(field_)] = false;
-            return true;
         }
-        return other_kind(ec);
+        t->append(s.data(), s.size());
     }
-    bool on_double(double, std::string_view, boost::system::error_code& ec) { return other_kind(ec); }
-    bool on_bool(bool, boost::system::error_code& ec) { return other_kind(ec); }
-    bool on_null(boost::system::error_code& ec) {
-        if (depth_ == 1) return not_an_entry(ec);
-        if (depth_ != 2 || field_ == field::other) return true;  // the list itself may be null: no entries
-        // Null reads as missing: an empty string, no Value, 0.
+    void string_end() { in_string_ = false; }
+    void number(std::uint64_t v) {
+        if (!is_number(field_)) return wrong_kind();
+        entry_.number[index(field_)] = v;
+        entry_.bad[index(field_)] = false;
+    }
+    // Null reads as missing: an empty string, no Value, 0.
+    void null() {
+        if (field_ == field::other) return;
         auto const i = index(field_);
         entry_.bad[i] = false;
         entry_.present[i] = false;
         if (is_number(field_)) entry_.number[i] = 0;
-        return true;
+    }
+    // A value of a kind its field does not take (an object or array
+    // included); for a field it does not read, nothing.
+    void wrong_kind() {
+        if (field_ != field::other) entry_.bad[index(field_)] = true;
+    }
+
+    // Whether `skip` says the entry is held already (its Key a string, its
+    // ModifyIndex a number, as decode_kv_list asks); a ModifyIndex of the
+    // wrong kind is a failure then.
+    bool skipped(kv_list_skip const& skip, std::string& failure) const {
+        auto const ki = index(field::key), mi = index(field::modify_index);
+        if (!skip || !entry_.present[ki] || entry_.bad[ki]) return false;
+        if (entry_.bad[mi]) {
+            failure = wrong_kind_message(field::modify_index);
+            return false;
+        }
+        return skip(key_, entry_.number[mi]);
+    }
+    // The entry, or why it is not one (`failure`).
+    std::optional<kv_pair> finish(std::string& failure) {
+        field_ = field::other;
+        kv_pair p;
+        for (std::size_t i = 0; i < fields; ++i) {
+            if (entry_.bad[i]) {
+                failure = wrong_kind_message(static_cast<field>(i));
+                return std::nullopt;
+            }
+            if (i == index(field::value) && entry_.present[i]) {
+                p.value = tenure::detail::base64_decode(value_);
+                if (!p.value) {
+                    failure = "Value is not base64 (length " + std::to_string(value_.size()) + ")";
+                    return std::nullopt;
+                }
+            }
+        }
+        // Moved, not copied: an entry costs one allocation per string either
+        // way, and a transaction's single entry no more than that.
+        if (entry_.present[index(field::key)]) p.key = std::move(key_);
+        p.flags = entry_.number[index(field::flags)];
+        p.lock_index = entry_.number[index(field::lock_index)];
+        if (entry_.present[index(field::session)]) p.session = std::move(session_);
+        p.create_index = entry_.number[index(field::create_index)];
+        p.modify_index = entry_.number[index(field::modify_index)];
+        return p;
     }
 
 private:
@@ -198,7 +192,7 @@ private:
         if (n == "ModifyIndex") return field::modify_index;
         return field::other;
     }
-    static std::string wrong_kind(field f) {
+    static std::string wrong_kind_message(field f) {
         static char const* const names[fields] = {"Key", "Value", "Flags", "LockIndex", "Session", "CreateIndex",
                                                   "ModifyIndex"};
         return std::string(names[index(f)]) + (is_number(f) ? " is not an unsigned integer" : " is not a string");
@@ -212,94 +206,403 @@ private:
         }
     }
 
-    bool string_part(std::string_view s, boost::system::error_code& ec) {
-        if (depth_ < 2) return not_an_entry(ec);
-        if (depth_ != 2 || field_ == field::other) return true;
-        auto* t = text(field_);
-        if (!t) return other_kind(ec);
-        if (!in_string_) {
-            in_string_ = true;
-            t->clear();
-            entry_.present[index(field_)] = true;
-            entry_.bad[index(field_)] = false;
-        }
-        t->append(s.data(), s.size());
-        return true;
-    }
+    field field_ = field::other;
+    bool in_string_ = false;
+    entry entry_;
+    std::string name_, key_, value_, session_;
+};
 
-    // An object or array: inside an entry, wrong for a field it reads and
-    // skipped for any other.
-    bool nested(boost::system::error_code& ec) {
-        if (depth_ == 1) return not_an_entry(ec);
-        if (depth_ == 2 && field_ != field::other) entry_.bad[index(field_)] = true;
-        ++depth_;
-        return true;
-    }
+// What every reader below does with the parser's events it has no use for.
+struct json_reader_base {
+    static constexpr std::size_t max_object_size = std::size_t(-1);
+    static constexpr std::size_t max_array_size = std::size_t(-1);
+    static constexpr std::size_t max_key_size = std::size_t(-1);
+    static constexpr std::size_t max_string_size = std::size_t(-1);
 
-    // A value of the kind its field does not take (or not an entry at all).
-    bool other_kind(boost::system::error_code& ec) {
-        if (depth_ < 2) return not_an_entry(ec);
-        if (depth_ == 2 && field_ != field::other) entry_.bad[index(field_)] = true;
-        return true;
-    }
+    bool on_document_begin(boost::system::error_code&) { return true; }
+    bool on_document_end(boost::system::error_code&) { return true; }
+    bool on_comment_part(std::string_view, boost::system::error_code&) { return true; }
+    bool on_comment(std::string_view, boost::system::error_code&) { return true; }
+    bool on_number_part(std::string_view, boost::system::error_code&) { return true; }
 
-    // A value where the list (depth 0) or one of its entries (depth 1) should be.
-    bool not_an_entry(boost::system::error_code& ec) {
-        return fail(ec, depth_ == 0 ? "KV list is not a JSON array" : "KV entry is not a JSON object");
-    }
+    std::string const& failure() const noexcept { return failure_; }
 
+protected:
     bool fail(boost::system::error_code& ec, std::string why) {
         failure_ = std::move(why);
         ec = make_error_code(boost::json::error::syntax);  // stops the parser; failure_ says why
         return false;
     }
+    std::string failure_;
+};
 
+// Runs `Reader` over the whole body: its failure, or the parser's.
+template <class Reader, class... Args>
+void read_json(std::string_view body, Args&&... args) {
+    json::basic_parser<Reader> p(json::parse_options{}, std::forward<Args>(args)...);
+    boost::system::error_code ec;
+    auto const n = p.write_some(false, body.data(), body.size(), ec);
+    if (!p.handler().failure().empty()) throw decode_failure{p.handler().failure()};
+    if (ec) throw decode_failure{"invalid JSON: " + ec.message()};
+    if (n < body.size()) throw decode_failure{"invalid JSON: " + make_error_code(json::error::extra_data).message()};
+}
+
+// Reads a KV list with kv_entry_reader. A 10,000-key snapshot of the watch
+// hub's prefix is a couple of MB, read again after every few writes under
+// it; the tree of such an answer cost more than the decode, and a fresh arena
+// for it each time touched new memory. An entry the reader holds already
+// (`skip`) costs its parse only.
+class kv_list_reader : public json_reader_base {
+public:
+    kv_list_reader(kv_list_skip const* skip, std::vector<kv_pair>* out) : skip_(skip), out_(out) {}
+
+    bool on_array_begin(boost::system::error_code& ec) {
+        if (depth_ == 0) {
+            depth_ = 1;  // the list
+            return true;
+        }
+        return nested(ec);
+    }
+    bool on_array_end(std::size_t, boost::system::error_code&) {
+        --depth_;
+        return true;
+    }
+    bool on_object_begin(boost::system::error_code& ec) {
+        if (depth_ == 0) return not_an_entry(ec);
+        if (depth_ == 1) {
+            depth_ = 2;
+            entry_.begin();
+            return true;
+        }
+        return nested(ec);
+    }
+    bool on_object_end(std::size_t, boost::system::error_code& ec) {
+        if (--depth_ == 1) return finish_entry(ec);
+        return true;
+    }
+    bool on_key_part(std::string_view s, std::size_t, boost::system::error_code&) {
+        if (depth_ == 2) entry_.key_part(s);
+        return true;
+    }
+    bool on_key(std::string_view s, std::size_t, boost::system::error_code&) {
+        if (depth_ == 2) entry_.key(s);
+        return true;
+    }
+    bool on_string_part(std::string_view s, std::size_t, boost::system::error_code& ec) {
+        if (depth_ < 2) return not_an_entry(ec);
+        if (depth_ == 2) entry_.string_part(s);
+        return true;
+    }
+    bool on_string(std::string_view s, std::size_t n, boost::system::error_code& ec) {
+        if (!on_string_part(s, n, ec)) return false;
+        if (depth_ == 2) entry_.string_end();
+        return true;
+    }
+    bool on_int64(std::int64_t v, std::string_view, boost::system::error_code& ec) {
+        if (v < 0) return other_kind(ec);
+        return on_uint64(static_cast<std::uint64_t>(v), {}, ec);
+    }
+    bool on_uint64(std::uint64_t v, std::string_view, boost::system::error_code& ec) {
+        if (depth_ < 2) return not_an_entry(ec);
+        if (depth_ == 2) entry_.number(v);
+        return true;
+    }
+    bool on_double(double, std::string_view, boost::system::error_code& ec) { return other_kind(ec); }
+    bool on_bool(bool, boost::system::error_code& ec) { return other_kind(ec); }
+    bool on_null(boost::system::error_code& ec) {
+        if (depth_ == 1) return not_an_entry(ec);
+        if (depth_ == 2) entry_.null();  // (the list itself may be null: no entries)
+        return true;
+    }
+
+private:
+    // An object or array: inside an entry, wrong for a field it reads and
+    // skipped for any other.
+    bool nested(boost::system::error_code& ec) {
+        if (depth_ == 1) return not_an_entry(ec);
+        if (depth_ == 2) entry_.wrong_kind();
+        ++depth_;
+        return true;
+    }
+    // A value of the kind its field does not take (or not an entry at all).
+    bool other_kind(boost::system::error_code& ec) {
+        if (depth_ < 2) return not_an_entry(ec);
+        if (depth_ == 2) entry_.wrong_kind();
+        return true;
+    }
+    // A value where the list (depth 0) or one of its entries (depth 1) should be.
+    bool not_an_entry(boost::system::error_code& ec) {
+        return fail(ec, depth_ == 0 ? "KV list is not a JSON array" : "KV entry is not a JSON object");
+    }
     bool finish_entry(boost::system::error_code& ec) {
-        field_ = field::other;
-        auto const ki = index(field::key), mi = index(field::modify_index);
-        // As decode_kv_list asks: a Key that is a string, then its ModifyIndex.
-        if (*skip_ && entry_.present[ki] && !entry_.bad[ki]) {
-            if (entry_.bad[mi]) return fail(ec, wrong_kind(field::modify_index));
-            if ((*skip_)(key_, entry_.number[mi])) return true;
-        }
-        kv_pair p;
-        for (std::size_t i = 0; i < fields; ++i) {
-            if (entry_.bad[i]) return fail(ec, wrong_kind(static_cast<field>(i)));
-            if (i == index(field::value) && entry_.present[i]) {
-                p.value = tenure::detail::base64_decode(value_);
-                if (!p.value) return fail(ec, "Value is not base64 (length " + std::to_string(value_.size()) + ")");
-            }
-        }
-        if (entry_.present[ki]) p.key = key_;
-        p.flags = entry_.number[index(field::flags)];
-        p.lock_index = entry_.number[index(field::lock_index)];
-        if (entry_.present[index(field::session)]) p.session = session_;
-        p.create_index = entry_.number[index(field::create_index)];
-        p.modify_index = entry_.number[mi];
-        out_->push_back(std::move(p));
+        std::string why;
+        if (entry_.skipped(*skip_, why)) return true;
+        if (!why.empty()) return fail(ec, std::move(why));
+        auto p = entry_.finish(why);
+        if (!p) return fail(ec, std::move(why));
+        out_->push_back(std::move(*p));
         return true;
     }
 
     kv_list_skip const* skip_;
     std::vector<kv_pair>* out_;
     std::size_t depth_ = 0;  // 1: in the list, 2: in an entry, more: inside one of its fields
-    field field_ = field::other;
+    kv_entry_reader entry_;
+};
+
+// Reads a transaction's answer as a parsed document was read before it, with
+// no document built: committed, the KV of each entry of Results (other kinds
+// of result are passed over); rolled back, each entry of Errors (OpIndex and
+// What). The other list is not looked at. As in a parsed document, the last
+// of a field given twice counts - the list, an entry's KV, OpIndex or What -
+// so what is wrong with the list is said when the answer ends (the first
+// thing wrong with its last occurrence), not where it is seen.
+class txn_reader : public json_reader_base {
+public:
+    explicit txn_reader(txn_result* out) : out_(out) {}
+
+    bool on_object_begin(boost::system::error_code& ec) {
+        if (skip_) return deeper();
+        switch (at_) {
+            case place::start: at_ = place::answer; return true;
+            case place::answer:
+                if (answer_field_ == answer_field::list) wrong_list();
+                return deeper();
+            case place::list: return enter_entry();
+            case place::entry:
+                if (entry_field_ == entry_field::kv) {
+                    at_ = place::kv;
+                    kv_.begin();
+                    return true;
+                }
+                entry_wrong_kind();
+                return deeper();
+            case place::kv: kv_.wrong_kind(); return deeper();
+        }
+        return fail(ec, "txn answer: unexpected object");
+    }
+    bool on_object_end(std::size_t, boost::system::error_code&) {
+        if (skip_) return shallower();
+        switch (at_) {
+            case place::kv: {
+                at_ = place::entry;
+                std::string why;
+                auto p = kv_.finish(why);
+                entry_kv_ = p ? kv_state{std::move(*p), {}} : kv_state{std::nullopt, std::move(why)};
+                return true;
+            }
+            case place::entry: at_ = place::list; return finish_entry();
+            default: at_ = place::start; return true;  // the answer
+        }
+    }
+    bool on_array_begin(boost::system::error_code& ec) {
+        if (skip_) return deeper();
+        switch (at_) {
+            case place::start: return fail(ec, "txn answer is not a JSON object");
+            case place::answer:
+                if (answer_field_ == answer_field::other) return deeper();
+                at_ = place::list;
+                return true;
+            case place::list:
+                note(list_name() + " entry is not a JSON object");
+                return deeper();
+            case place::entry: entry_wrong_kind(); return deeper();
+            case place::kv: kv_.wrong_kind(); return deeper();
+        }
+        return true;
+    }
+    bool on_array_end(std::size_t, boost::system::error_code&) {
+        if (skip_) return shallower();
+        at_ = place::answer;  // the end of the list
+        return true;
+    }
+    bool on_key_part(std::string_view s, std::size_t, boost::system::error_code&) {
+        if (skip_) return true;
+        if (at_ == place::kv) kv_.key_part(s);
+        else name_.append(s.data(), s.size());
+        return true;
+    }
+    bool on_key(std::string_view s, std::size_t, boost::system::error_code&) {
+        if (skip_) return true;
+        if (at_ == place::kv) {
+            kv_.key(s);
+            return true;
+        }
+        name_.append(s.data(), s.size());
+        if (at_ == place::answer) {
+            answer_field_ = name_ == list_name() ? answer_field::list : answer_field::other;
+            if (answer_field_ == answer_field::list) {  // again: this one counts
+                out_->results.clear();
+                out_->errors.clear();
+                list_failure_.clear();
+            }
+        } else if (at_ == place::entry) {
+            if (out_->committed) entry_field_ = name_ == "KV" ? entry_field::kv : entry_field::other;
+            else entry_field_ = name_ == "OpIndex" ? entry_field::op_index
+                                : name_ == "What"  ? entry_field::what
+                                                   : entry_field::other;
+        }
+        name_.clear();
+        return true;
+    }
+    bool on_string_part(std::string_view s, std::size_t, boost::system::error_code& ec) {
+        if (skip_) return true;
+        if (at_ == place::kv) {
+            kv_.string_part(s);
+            return true;
+        }
+        if (at_ == place::entry && entry_field_ == entry_field::what) {
+            if (!in_string_) {
+                in_string_ = true;
+                error_.what.clear();
+                what_bad_ = false;
+            }
+            error_.what.append(s.data(), s.size());
+            return true;
+        }
+        return scalar(ec);
+    }
+    bool on_string(std::string_view s, std::size_t n, boost::system::error_code& ec) {
+        if (!on_string_part(s, n, ec)) return false;
+        in_string_ = false;
+        if (!skip_ && at_ == place::kv) kv_.string_end();
+        return true;
+    }
+    bool on_int64(std::int64_t v, std::string_view, boost::system::error_code& ec) {
+        if (v >= 0) return on_uint64(static_cast<std::uint64_t>(v), {}, ec);
+        return other_kind(ec);
+    }
+    bool on_uint64(std::uint64_t v, std::string_view, boost::system::error_code& ec) {
+        if (skip_) return true;
+        if (at_ == place::kv) {
+            kv_.number(v);
+            return true;
+        }
+        if (at_ == place::entry && entry_field_ == entry_field::op_index) {
+            error_.op_index = static_cast<std::size_t>(v);
+            op_index_bad_ = false;
+            return true;
+        }
+        return scalar(ec);
+    }
+    bool on_double(double, std::string_view, boost::system::error_code& ec) { return other_kind(ec); }
+    bool on_bool(bool, boost::system::error_code& ec) { return other_kind(ec); }
+    bool on_null(boost::system::error_code& ec) {
+        if (skip_) return true;
+        switch (at_) {
+            case place::kv: kv_.null(); return true;
+            case place::entry:  // a null reads as missing
+                if (entry_field_ == entry_field::kv) entry_kv_ = {};
+                if (entry_field_ == entry_field::op_index) {
+                    error_.op_index = 0;
+                    op_index_bad_ = false;
+                }
+                if (entry_field_ == entry_field::what) {
+                    error_.what.clear();
+                    what_bad_ = false;
+                }
+                return true;
+            case place::answer: return true;  // a null list: no entries
+            default: return scalar(ec);
+        }
+    }
+    bool on_document_end(boost::system::error_code& ec) {
+        if (!list_failure_.empty()) return fail(ec, std::move(list_failure_));
+        return true;
+    }
+
+private:
+    enum class place { start, answer, list, entry, kv };
+    enum class answer_field { list, other };
+    enum class entry_field { kv, op_index, what, other };
+    // An entry's KV as read: the pair, or what is wrong with it (neither: none, or null).
+    struct kv_state {
+        std::optional<kv_pair> pair;
+        std::string failure;
+    };
+
+    bool deeper() {
+        ++skip_;
+        return true;
+    }
+    bool shallower() {
+        --skip_;
+        return true;
+    }
+    std::string list_name() const { return out_->committed ? "Results" : "Errors"; }
+    // The first thing wrong with the list's occurrence being read.
+    void note(std::string why) {
+        if (list_failure_.empty()) list_failure_ = std::move(why);
+    }
+    void wrong_list() { note(list_name() + " is not a JSON array"); }
+    bool enter_entry() {
+        at_ = place::entry;
+        entry_field_ = entry_field::other;
+        entry_kv_ = {};
+        error_ = {};
+        op_index_bad_ = what_bad_ = false;
+        return true;
+    }
+    // An entry's field given a value of a kind it does not take.
+    void entry_wrong_kind() {
+        switch (entry_field_) {
+            case entry_field::kv: entry_kv_ = kv_state{std::nullopt, "KV entry is not a JSON object"}; break;
+            case entry_field::op_index: op_index_bad_ = true; break;
+            case entry_field::what: what_bad_ = true; break;
+            case entry_field::other: break;
+        }
+    }
+    bool finish_entry() {
+        if (out_->committed) {
+            if (!entry_kv_.failure.empty()) note(std::move(entry_kv_.failure));
+            else if (entry_kv_.pair) out_->results.push_back(std::move(*entry_kv_.pair));
+        } else if (op_index_bad_) {
+            note("OpIndex is not an unsigned integer");
+        } else if (what_bad_) {
+            note("What is not a string");
+        } else {
+            out_->errors.push_back(std::move(error_));
+        }
+        return true;
+    }
+    // A string, number, boolean or null where the answer, the list or an
+    // entry should be, or as a field's value.
+    bool scalar(boost::system::error_code& ec) {
+        switch (at_) {
+            case place::start: return fail(ec, "txn answer is not a JSON object");
+            case place::answer:
+                if (answer_field_ == answer_field::list) wrong_list();
+                return true;
+            case place::list: note(list_name() + " entry is not a JSON object"); return true;
+            case place::entry: entry_wrong_kind(); return true;
+            case place::kv: kv_.wrong_kind(); return true;
+        }
+        return true;
+    }
+    bool other_kind(boost::system::error_code& ec) {
+        if (skip_) return true;
+        return scalar(ec);
+    }
+
+    txn_result* out_;
+    place at_ = place::start;
+    std::size_t skip_ = 0;  // inside a value no reader looks at, this many levels deep
+    answer_field answer_field_ = answer_field::other;
+    entry_field entry_field_ = entry_field::other;
     bool in_string_ = false;
-    entry entry_;
-    std::string name_, key_, value_, session_;  // kept across entries: no allocation per entry
-    std::string failure_;
+    std::string name_;
+    std::string list_failure_;
+    kv_state entry_kv_;
+    txn_error error_;
+    bool op_index_bad_ = false, what_bad_ = false;
+    kv_entry_reader kv_;
 };
 
 }  // namespace
 
 std::vector<kv_pair> decode_kv_list(std::string_view body, kv_list_skip const& skip) {
     std::vector<kv_pair> out;
-    json::basic_parser<kv_list_reader> p(json::parse_options{}, &skip, &out);
-    boost::system::error_code ec;
-    auto const n = p.write_some(false, body.data(), body.size(), ec);
-    if (!p.handler().failure().empty()) throw decode_failure{p.handler().failure()};
-    if (ec) throw decode_failure{"invalid JSON: " + ec.message()};
-    if (n < body.size()) throw decode_failure{"invalid JSON: " + make_error_code(json::error::extra_data).message()};
+    read_json<kv_list_reader>(body, &skip, &out);
     return out;
 }
 
@@ -446,28 +749,9 @@ query_meta decode_meta(http::fields const& h) {
 txn_result decode_txn_result(std::string_view body, bool committed) {
     txn_result out;
     out.committed = committed;
-    unsigned char scratch[4096];  // the parse lives only in this call: no heap for it
-    json::monotonic_resource mr(scratch, sizeof scratch);
-    auto const v = parse_json(body, &mr);
-    auto const& o = as_object(v, "txn answer");
-    if (out.committed) {
-        if (auto const* res = o.if_contains("Results"); res && !res->is_null()) {
-            auto const& results = as_array(*res, "Results");
-            out.results.reserve(results.size());
-            for (auto const& e : results) {
-                auto const& eo = as_object(e, "Results entry");
-                if (auto const* kv = eo.if_contains("KV"); kv && !kv->is_null()) out.results.push_back(decode_kv(*kv));
-            }
-        }
-    } else {
-        if (auto const* errs = o.if_contains("Errors"); errs && !errs->is_null()) {
-            for (auto const& e : as_array(*errs, "Errors")) {
-                auto const& eo = as_object(e, "Errors entry");
-                out.errors.push_back({static_cast<std::size_t>(get_u64(eo, "OpIndex")), get_string(eo, "What")});
-            }
-        }
-        if (out.errors.empty()) throw decode_failure{"409 without Errors"};
-    }
+    out.results.reserve(committed ? 2 : 0);
+    read_json<txn_reader>(body, &out);
+    if (!committed && out.errors.empty()) throw decode_failure{"409 without Errors"};
     return out;
 }
 

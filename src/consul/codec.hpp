@@ -43,6 +43,7 @@ std::vector<kv_pair> decode_kv_list(std::string_view body, kv_list_skip const& s
 session_info decode_session(boost::json::value const& v);
 std::vector<session_info> decode_session_list(boost::json::value const& v);  // null: empty
 // A /v1/txn answer: 200 (committed, Results) or 409 (Errors, at least one).
+// Decoded while parsed, with no document built, each KV as decode_kv reads one.
 txn_result decode_txn_result(std::string_view body, bool committed);
 // X-Consul-Index (at least 1), -KnownLeader, -LastContact.
 query_meta decode_meta(boost::beast::http::fields const& h);

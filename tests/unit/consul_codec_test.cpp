@@ -245,6 +245,64 @@ BOOST_AUTO_TEST_CASE(txn_answers_committed_and_rolled_back) {
     BOOST_CHECK_THROW(cd::decode_txn_result(R"({"Errors":[]})", false), cd::decode_failure);
 }
 
+// The answer is read as the parser walks it (no document built): what it
+// takes, what it passes over, and how it says what is wrong.
+BOOST_AUTO_TEST_CASE(txn_answers_are_read_field_by_field) {
+    auto const ok = cd::decode_txn_result(
+        R"({"Index":7,"Results":[{"KV":{"Key":"a","Value":"dg==","Flags":3,"LockIndex":2,"Session":"s","CreateIndex":4,)"
+        R"("ModifyIndex":5,"Extra":{"x":[1,{"y":null}]}}},{"Session":{"ID":"s"}},{"KV":null},)"
+        R"({"Other":[1,2],"KV":{"Key":"b","Session":null,"Value":null}}],"Errors":"ignored when committed"})",
+        true);
+    BOOST_REQUIRE_EQUAL(ok.results.size(), 2u);
+    BOOST_TEST(ok.results[0].key == "a");
+    BOOST_TEST(ok.results[0].value.value_or("") == "v");
+    BOOST_TEST(ok.results[0].flags == 3u);
+    BOOST_TEST(ok.results[0].lock_index == 2u);
+    BOOST_TEST(ok.results[0].session == "s");
+    BOOST_TEST(ok.results[0].create_index == 4u);
+    BOOST_TEST(ok.results[0].modify_index == 5u);
+    BOOST_TEST(ok.results[1].key == "b");
+    BOOST_TEST(!ok.results[1].value.has_value());
+    BOOST_TEST(ok.results[1].session.empty());
+    BOOST_TEST(cd::decode_txn_result(R"({"Results":null})", true).results.empty());
+    BOOST_TEST(cd::decode_txn_result(R"({})", true).results.empty());
+
+    auto const no = cd::decode_txn_result(
+        R"({"Results":[1],"Errors":[{"OpIndex":1,"What":"a \"quoted\" why","More":{}},{"OpIndex":null,"What":null}]})",
+        false);
+    BOOST_REQUIRE_EQUAL(no.errors.size(), 2u);
+    BOOST_TEST(no.errors[0].op_index == 1u);
+    BOOST_TEST(no.errors[0].what == "a \"quoted\" why");
+    BOOST_TEST(no.errors[1].op_index == 0u);
+    BOOST_TEST(no.errors[1].what.empty());
+
+    auto const failure = [](std::string_view body, bool committed) {
+        try {
+            (void)cd::decode_txn_result(body, committed);
+        } catch (cd::decode_failure const& f) {
+            return f.what;
+        }
+        return std::string("(no failure)");
+    };
+    BOOST_TEST(failure("[]", true) == "txn answer is not a JSON object");
+    BOOST_TEST(failure("null", true) == "txn answer is not a JSON object");
+    BOOST_TEST(failure(R"({"Results":{}})", true) == "Results is not a JSON array");
+    BOOST_TEST(failure(R"({"Results":"x"})", true) == "Results is not a JSON array");
+    BOOST_TEST(failure(R"({"Results":[null]})", true) == "Results entry is not a JSON object");
+    BOOST_TEST(failure(R"({"Results":[{"KV":[]}]})", true) == "KV entry is not a JSON object");
+    BOOST_TEST(failure(R"({"Results":[{"KV":"x"}]})", true) == "KV entry is not a JSON object");
+    BOOST_TEST(failure(R"({"Results":[{"KV":{"Key":1}}]})", true) == "Key is not a string");
+    BOOST_TEST(failure(R"({"Results":[{"KV":{"LockIndex":-1}}]})", true) == "LockIndex is not an unsigned integer");
+    BOOST_TEST(failure(R"({"Results":[{"KV":{"Value":"!"}}]})", true) == "Value is not base64 (length 1)");
+    BOOST_TEST(failure(R"({"Errors":[{"OpIndex":"1"}]})", false) == "OpIndex is not an unsigned integer");
+    BOOST_TEST(failure(R"({"Errors":[{"OpIndex":1.5}]})", false) == "OpIndex is not an unsigned integer");
+    BOOST_TEST(failure(R"({"Errors":[{"What":{}}]})", false) == "What is not a string");
+    BOOST_TEST(failure(R"({"Errors":[[]]})", false) == "Errors entry is not a JSON object");
+    BOOST_TEST(failure(R"({"Errors":null})", false) == "409 without Errors");
+    BOOST_TEST(failure(R"({"Results":[)", true).starts_with("invalid JSON"));
+    BOOST_TEST(failure(R"({} {})", true).starts_with("invalid JSON"));
+}
+
 BOOST_AUTO_TEST_CASE(query_meta_index_is_never_below_one) {
     boost::beast::http::fields h;
     h.set("X-Consul-Index", " 42 ");
