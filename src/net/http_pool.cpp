@@ -236,17 +236,17 @@ void http_pool::wake_one() {
 // Waits for an idle connection or room for a new one, within `deadline`;
 // null: the caller connects a new one.
 asio::awaitable<std::unique_ptr<http_connection>> http_pool::obtain(clock::time_point deadline,
-                                                                    std::string const& what) {
+                                                                    request_label label) {
     for (;;) {
         if (auto c = take_idle()) co_return c;
         if (!at_limit()) co_return nullptr;
         auto timer = std::make_shared<tenure::detail::timer>(ex_, deadline);
         waiters_.push_back(timer);
         auto [ec] = co_await timer->async_wait(tuple_awaitable);
-        if (!ec) fail(asio::error::timed_out, what + ": no free connection (max_connections)");
+        if (!ec) fail(asio::error::timed_out, describe(label) + ": no free connection (max_connections)");
         if (cancelled(co_await asio::this_coro::cancellation_state)) {
             wake_one();  // pass on a wake-up we may have consumed
-            fail(asio::error::operation_aborted, what);
+            fail(asio::error::operation_aborted, describe(label));
         }
     }
 }
@@ -324,7 +324,7 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, 
         if (attempt == 0) {
             c = take_idle();
             if (!c && at_limit()) {
-                auto pooled = co_await obtain(deadline, describe(label));
+                auto pooled = co_await obtain(deadline, label);
                 c = std::move(pooled);
             }
         }

@@ -159,8 +159,10 @@ private:
     void give_back(std::unique_ptr<http_connection> c, std::uint64_t generation);
     bool at_limit() const noexcept;
     void wake_one();
+    // (The label is rendered only for a failure: a request that waits for a
+    // connection and gets one builds no string.)
     boost::asio::awaitable<std::unique_ptr<http_connection>> obtain(clock::time_point deadline,
-                                                                    std::string const& what);
+                                                                    request_label label);
     boost::asio::awaitable<std::vector<endpoint>> resolve(clock::time_point deadline, std::string const& what);
     boost::asio::awaitable<std::unique_ptr<http_connection>> open(clock::time_point deadline,
                                                                   std::string const& what, bool tracked);
