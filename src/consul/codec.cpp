@@ -749,7 +749,9 @@ query_meta decode_meta(http::fields const& h) {
 txn_result decode_txn_result(std::string_view body, bool committed) {
     txn_result out;
     out.committed = committed;
-    out.results.reserve(committed ? 2 : 0);
+    // Most committed answers carry one or two KV results (the lock; a
+    // marker or a registry entry beside it): one allocation for both.
+    if (committed) out.results.reserve(2);
     read_json<txn_reader>(body, &out);
     if (!committed && out.errors.empty()) throw decode_failure{"409 without Errors"};
     return out;
