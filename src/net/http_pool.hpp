@@ -4,8 +4,9 @@
 //
 // A request takes the most recently used idle connection (after a
 // non-blocking check that the server has not closed it, when it has been
-// idle for a second or more) or connects a new one; the connection goes back to the pool only after a complete exchange
-// whose response allows keep-alive, and only if close() has not run since.
+// idle for a second or more) or connects a new one; the connection goes back
+// to the pool only after a complete exchange whose response allows
+// keep-alive, and only if close() has not run since.
 // Any error, timeout or cancellation closes the connection. With
 // max_connections set, a request that finds every connection busy waits for
 // one to be given back or closed (first come, first served) within its

@@ -3,8 +3,8 @@
 // co_spawn and completes the token with `void(error_code)` or
 // `void(error_code, T)` (awaited with use_awaitable on the object's own
 // executor, an operation that takes every cancellation type runs in the
-// awaiting coroutine instead: see rethrowing). A system_error thrown by the coroutine becomes the
-// error_code; with use_awaitable (the default token) the exception itself
+// awaiting coroutine instead: see rethrowing). A system_error thrown by the
+// coroutine becomes the error_code; with use_awaitable (the default token) the exception itself
 // is rethrown instead, so a server_error keeps the server's words; with_diagnostics(diag, token) keeps them on the
 // error-code path (tenure/diagnostics.hpp). The token's cancellation slot
 // reaches the coroutine (see cancel_on).
