@@ -511,7 +511,8 @@ asio::awaitable<txn_result> client::coroutines::txn(std::vector<txn_op> ops) con
     auto const target = self->target("/v1/txn", q);
     auto const r = co_await self->send(http::verb::put, target, encode_txn(ops), self->request_deadline());
     if (!success(r.status) && r.status != 409) throw_status(r);
-    co_return decode(r, http::verb::put, target, [&] { return detail::decode_txn_result(r.body, r.status != 409); });
+    co_return decode(r, http::verb::put, target,
+                     [&] { return detail::decode_txn_result(r.body, r.status != 409, ops.size()); });
 }
 
 // ---- agent ----

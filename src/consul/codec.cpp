@@ -9,6 +9,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/serializer.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 
@@ -746,12 +747,10 @@ query_meta decode_meta(http::fields const& h) {
     return m;
 }
 
-txn_result decode_txn_result(std::string_view body, bool committed) {
+txn_result decode_txn_result(std::string_view body, bool committed, std::size_t ops) {
     txn_result out;
     out.committed = committed;
-    // Most committed answers carry one or two KV results (the lock; a
-    // marker or a registry entry beside it): one allocation for both.
-    if (committed) out.results.reserve(2);
+    if (committed) out.results.reserve(std::min<std::size_t>(ops, 64));  // (Consul takes 64 at most)
     read_json<txn_reader>(body, &out);
     if (!committed && out.errors.empty()) throw decode_failure{"409 without Errors"};
     return out;

@@ -44,7 +44,9 @@ session_info decode_session(boost::json::value const& v);
 std::vector<session_info> decode_session_list(boost::json::value const& v);  // null: empty
 // A /v1/txn answer: 200 (committed, Results) or 409 (Errors, at least one).
 // Decoded while parsed, with no document built, each KV as decode_kv reads one.
-txn_result decode_txn_result(std::string_view body, bool committed);
+// `ops`: how many operations the transaction had, at most one result each
+// (room for the results is made once).
+txn_result decode_txn_result(std::string_view body, bool committed, std::size_t ops = 0);
 // X-Consul-Index (at least 1), -KnownLeader, -LastContact.
 query_meta decode_meta(boost::beast::http::fields const& h);
 
