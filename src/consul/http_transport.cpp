@@ -38,21 +38,17 @@ tenure::detail::http_pool_options pool_options(http_transport_options const& o) 
     throw api_error(f.code, 0, f.what);
 }
 
-class http_transport final : public transport, public std::enable_shared_from_this<http_transport> {
+class http_transport final : public transport {
 public:
     http_transport(asio::any_io_executor ex, http_transport_options opts)
         : opts_(std::move(opts)), pool_(std::move(ex), pool_options(opts_), throw_failure) {}
 
+    // No coroutine of its own: the pool's exchange is the operation, and
+    // owns the rendered request. (The client, which owns this transport, is
+    // kept alive by the operation awaiting this one.)
     asio::awaitable<http_response> send(http::verb method, std::string target, std::string body,
                                         clock::time_point deadline) override {
-        auto const keep = shared_from_this();
-        std::string const wire = render_request(method, target, body);
-        auto res = co_await pool_.exchange(wire, deadline, {http::to_string(method), target});
-        http_response out;
-        out.status = res.result_int();
-        out.body = std::move(res.body());
-        out.headers = std::move(static_cast<http::fields&>(res));
-        co_return out;
+        return pool_.exchange(render_request(method, target, body), deadline);
     }
 
     void close() override { pool_.close(); }

@@ -11,6 +11,8 @@
 #include <tenure/detail/clock.hpp>
 #include <tenure/consul/client.hpp>
 
+#include "net/http_answer.hpp"
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -27,11 +29,8 @@ namespace tenure::consul::detail {
 namespace http = boost::beast::http;
 using clock = tenure::detail::clock;
 
-struct http_response {
-    unsigned status = 0;
-    std::string body;
-    http::fields headers;  // the X-Consul-* response headers (at least: the HTTP transport keeps no others)
-};
+// Its headers: the X-Consul-* fields (at least: the HTTP transport keeps no others).
+using http_response = tenure::detail::http_answer;
 
 class transport {
 public:

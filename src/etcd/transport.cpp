@@ -147,9 +147,8 @@ asio::awaitable<http_answer> transport::post(std::string target, std::string bod
         std::size_t const i = (first + k) % n;
         auto const deadline = clock::now() + per_attempt;
         try {
-            std::string const wire = render_post(endpoints_[i].host_header, target, body);
-            auto res = co_await pools_[i]->exchange(wire, deadline, {"POST", target});
-            http_answer a{res.result_int(), std::move(res.body()), i};
+            auto res = co_await pools_[i]->exchange(render_post(endpoints_[i].host_header, target, body), deadline);
+            http_answer a{res.status, std::move(res.body), i};
             if (a.status == 503 && k + 1 < n) {
                 bad(i);  // Unavailable (no leader, request timed out): another member may do better
                 continue;

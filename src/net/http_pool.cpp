@@ -73,27 +73,26 @@ public:
 
 private:
     void on_request_impl(http::verb, beast::string_view, beast::string_view, int, beast::error_code&) override {}
-    void on_response_impl(int code, beast::string_view, int version, beast::error_code&) override {
-        res_.result(static_cast<unsigned>(code));
-        res_.version(version);
+    void on_response_impl(int code, beast::string_view, int, beast::error_code&) override {
+        res_.status = static_cast<unsigned>(code);
     }
     void on_field_impl(http::field, beast::string_view name, beast::string_view value, beast::error_code&) override {
         if (!kept_prefix_.empty() && name.size() >= kept_prefix_.size() &&
             beast::iequals(name.substr(0, kept_prefix_.size()), kept_prefix_))
-            res_.insert(name, value);
+            res_.headers.insert(name, value);
     }
     void on_header_impl(beast::error_code&) override {}
     void on_body_init_impl(boost::optional<std::uint64_t> const& length, beast::error_code&) override {
         // A declared length is a hint, not a promise: reserve at most 1 MiB.
-        if (length) res_.body().reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*length, 1u << 20)));
+        if (length) res_.body.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*length, 1u << 20)));
     }
     std::size_t on_body_impl(beast::string_view body, beast::error_code&) override {
-        res_.body().append(body.data(), body.size());
+        res_.body.append(body.data(), body.size());
         return body.size();
     }
     void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
     std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, beast::error_code&) override {
-        res_.body().append(body.data(), body.size());
+        res_.body.append(body.data(), body.size());
         return body.size();
     }
     void on_finish_impl(beast::error_code&) override {}
@@ -313,20 +312,32 @@ asio::awaitable<std::unique_ptr<http_connection>> http_pool::connect(clock::time
     co_return co_await open(deadline, what, false);
 }
 
-asio::awaitable<http_pool::response> http_pool::exchange(std::string_view wire, clock::time_point deadline,
-                                                         request_label label) {
+asio::awaitable<http_pool::response> http_pool::exchange(std::string wire, clock::time_point deadline) {
+    std::uint64_t const generation = generation_;
+    auto const label = request_label::of(wire);
+    // An idle connection, the usual case, is taken without awaiting
+    // obtain() (no coroutine frame). (Two statements: g++ 12 mishandles a
+    // co_await inside ?: .)
+    std::unique_ptr<http_connection> c = take_idle();
+    if (!c && at_limit()) {
+        auto pooled = co_await obtain(deadline, label);
+        c = std::move(pooled);
+    }
+    // The write and the read run in a frame of their own, made once a
+    // connection is in hand: with thousands of requests waiting for one of
+    // a few connections, each waiter holds this small frame, not the
+    // parser's (every local of a coroutine takes room in its frame).
+    co_return co_await round_trip(std::move(c), generation, wire, deadline, label);
+}
+
+asio::awaitable<http_pool::response> http_pool::round_trip(std::unique_ptr<http_connection> c,
+                                                           std::uint64_t generation, std::string_view wire,
+                                                           clock::time_point deadline, request_label label) {
     for (int attempt = 0;; ++attempt) {
-        std::uint64_t const generation = generation_;
-        // The retry always uses a fresh connection. An idle one, the usual
-        // case, is taken without awaiting obtain() (no coroutine frame).
-        // (Two statements: g++ 12 mishandles a co_await inside ?: .)
-        std::unique_ptr<http_connection> c;
-        if (attempt == 0) {
-            c = take_idle();
-            if (!c && at_limit()) {
-                auto pooled = co_await obtain(deadline, label);
-                c = std::move(pooled);
-            }
+        // The retry always uses a fresh connection.
+        if (attempt > 0) {
+            c.reset();
+            generation = generation_;
         }
         bool const reused = c != nullptr;
         if (!c) {

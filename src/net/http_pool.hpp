@@ -17,6 +17,7 @@
 // fail_handler the owner gives, which throws its own (see net_failure).
 #pragma once
 
+#include "net/http_answer.hpp"
 #include "net/net_stream.hpp"
 
 #include <tenure/detail/clock.hpp>
@@ -25,8 +26,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -78,10 +77,17 @@ using fail_handler = std::function<void(net_failure const&)>;
 
 // What a request is, for its error messages ("PUT /v1/txn on 127.0.0.1:8500"):
 // the pool renders it only when the request fails, so that one that succeeds
-// builds no string. The views must outlive the exchange.
+// builds no string. Views into the request's wire form.
 struct request_label {
     std::string_view method;
     std::string_view target;
+    // The method and target of a request line ("PUT /v1/txn HTTP/1.1\r\n...").
+    static request_label of(std::string_view wire) noexcept {
+        auto const m = wire.find(' ');
+        if (m == std::string_view::npos) return {wire, {}};
+        auto const t = wire.find(' ', m + 1);
+        return {wire.substr(0, m), wire.substr(m + 1, t == std::string_view::npos ? t : t - m - 1)};
+    }
 };
 
 // Counts open connections so that a capped pool knows when one closes.
@@ -113,7 +119,7 @@ struct http_connection {
 class http_pool {
 public:
     using clock = tenure::detail::clock;
-    using response = boost::beast::http::response<boost::beast::http::string_body>;
+    using response = http_answer;
 
     http_pool(boost::asio::any_io_executor ex, http_pool_options opts, fail_handler on_fail);
     ~http_pool();
@@ -124,10 +130,10 @@ public:
     // reads one response, all by `deadline`: its status, body and the
     // header fields of kept_fields_prefix. A kept-alive connection the
     // server closed meanwhile is retried once on a fresh connection. Never
-    // fails for an HTTP status. The pool must outlive the call (the owner
-    // keeps itself alive).
-    boost::asio::awaitable<response> exchange(std::string_view wire, clock::time_point deadline,
-                                              request_label label);
+    // fails for an HTTP status; a failure's message names the request by
+    // its request line. The pool must outlive the call (its owner's
+    // caller keeps the owner alive).
+    boost::asio::awaitable<response> exchange(std::string wire, clock::time_point deadline);
 
     // A new connection of the caller's own, deadline set: counted as open
     // but never pooled, and close() does not touch it.
@@ -167,6 +173,12 @@ private:
     boost::asio::awaitable<std::vector<endpoint>> resolve(clock::time_point deadline, std::string const& what);
     boost::asio::awaitable<std::unique_ptr<http_connection>> open(clock::time_point deadline,
                                                                   std::string const& what, bool tracked);
+    // exchange()'s write and read, on `c` (null: a new connection), with
+    // the retry on a fresh connection; `generation`: the pool's when the
+    // exchange began.
+    boost::asio::awaitable<response> round_trip(std::unique_ptr<http_connection> c, std::uint64_t generation,
+                                                std::string_view wire, clock::time_point deadline,
+                                                request_label label);
 
     boost::asio::any_io_executor ex_;
     http_pool_options opts_;
