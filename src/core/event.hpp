@@ -9,13 +9,14 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <chrono>
+#include <exception>
 #include <list>
 #include <memory>
 #include <optional>
@@ -31,25 +32,67 @@ namespace asio = boost::asio;
 // make each departure a scan of every other waiter's operation (Asio's
 // cancel_timer_by_key), quadratic with 10 000 elections on one session.
 class event {
+    struct state;
+
 public:
     explicit event(asio::any_io_executor ex) : ex_(std::move(ex)), state_(std::make_shared<state>()) {}
     void set() {
-        state_->set = true;
-        for (auto* t : state_->waiters) t->cancel();
+        auto st = state_;  // a race that ends here may drop the last other owner
+        st->set = true;
+        for (auto* t : st->waiters) t->cancel();
+        // Each race unlinks itself only when its coroutine resumes, later.
+        for (race_link* l = st->races; l != nullptr; l = l->next_) l->fire();
     }
     bool is_set() const noexcept { return state_->set; }
     // Completes once set(); throws operation_aborted if the awaiting
     // coroutine is cancelled first.
     asio::awaitable<void> wait();
 
-    template <class T>
-    friend asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> op,
-                                                                                              event& e);
+    // One operation raced against the event: its cancellation slot is
+    // emitted (terminal) by set(), and by the awaiting coroutine's own
+    // cancellation of any type (a co_spawned coroutine lets in terminal
+    // only). Listed in the event's state while it lives, in O(1).
+    class race_link {
+    public:
+        race_link(event const& e, asio::cancellation_slot from) : state_(e.state_), from_(from) {
+            next_ = state_->races;
+            if (next_) next_->prev_ = this;
+            state_->races = this;
+            if (from_.is_connected())
+                from_.assign([this](asio::cancellation_type t) {
+                    if (t != asio::cancellation_type::none) signal_.emit(asio::cancellation_type::terminal);
+                });
+        }
+        ~race_link() {
+            if (from_.is_connected()) from_.clear();
+            (prev_ ? prev_->next_ : state_->races) = next_;
+            if (next_) next_->prev_ = prev_;
+        }
+        race_link(race_link const&) = delete;
+        race_link& operator=(race_link const&) = delete;
+        asio::cancellation_slot slot() { return signal_.slot(); }
+        // Whether the event was set while the operation ran.
+        bool fired() const noexcept { return fired_; }
+
+    private:
+        friend class event;
+        void fire() {
+            fired_ = true;
+            signal_.emit(asio::cancellation_type::terminal);
+        }
+        std::shared_ptr<state> state_;
+        asio::cancellation_slot from_;
+        asio::cancellation_signal signal_;
+        race_link* prev_ = nullptr;
+        race_link* next_ = nullptr;
+        bool fired_ = false;
+    };
 
 private:
     struct state {
         bool set = false;
         std::list<tenure::detail::timer*> waiters;
+        race_link* races = nullptr;  // the races in progress, most recent first
     };
     asio::any_io_executor ex_;
     std::shared_ptr<state> state_;  // shared with waiters, which may outlive the event
@@ -57,49 +100,34 @@ private:
 
 // Runs `op` until it completes or `e` is set, whichever comes first: like
 // race(op, e.wait()), which it replaces on the hot paths (every acquire()
-// and run()). The event side is a bare timer wait, not a second coroutine,
-// and it ends with an error code rather than an exception, so the usual
-// outcome - op finishes first - costs no throw. Returns op's result, or
-// nullopt (false for void) when the event came first; rethrows op's
-// exception; throws operation_aborted when the caller is cancelled.
+// and run()). The event side is no second coroutine, timer or group: the
+// event's set() cancels `op` through the slot `op` runs under, and `op`
+// ending is the race's end. Returns op's result, or nullopt (false for
+// void) when the event came first (whatever op then ended with); rethrows
+// op's exception; throws operation_aborted when the caller is cancelled.
 template <class T>
 asio::awaitable<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> race(asio::awaitable<T> op, event& e) {
     using result = std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>;
-    auto st = e.state_;
+    if (e.is_set()) co_return result{};
     auto ex = co_await asio::this_coro::executor;
-    if (st->set) co_return result{};
-    tenure::detail::timer parked(ex, clock::time_point::max());
-    auto it = st->waiters.insert(st->waiters.end(), &parked);
-    struct unlink {
-        decltype(st) const& owner;  // (decltype: the state type is private to event)
-        decltype(it) pos;
-        ~unlink() { owner->waiters.erase(pos); }
-    } guard{st, it};
     asio::cancellation_state const state = co_await asio::this_coro::cancellation_state;
-    terminal_forwarder cancel(state.slot());
-    auto group = asio::experimental::make_parallel_group(asio::co_spawn(ex, std::move(op), asio::deferred),
-                                                         parked.async_wait(asio::deferred));
-    if constexpr (std::is_void_v<T>) {
-        auto [order, ex0, ec1] = co_await std::move(group).async_wait(
-            asio::experimental::wait_for_one(), asio::bind_cancellation_slot(cancel.slot(), asio::use_awaitable));
-        (void)ec1;
-        if (order[0] == 0) {
-            if (ex0) std::rethrow_exception(ex0);
-            co_return true;
+    event::race_link link(e, state.slot());
+    auto token = asio::bind_cancellation_slot(link.slot(), asio::use_awaitable);
+    std::exception_ptr failed;
+    result r{};
+    try {
+        if constexpr (std::is_void_v<T>) {
+            co_await asio::co_spawn(ex, std::move(op), token);
+            r = true;
+        } else {
+            r.emplace(co_await asio::co_spawn(ex, std::move(op), token));
         }
-        if (!st->set) throw boost::system::system_error(asio::error::operation_aborted);
-        co_return false;
-    } else {
-        auto [order, ex0, r0, ec1] = co_await std::move(group).async_wait(
-            asio::experimental::wait_for_one(), asio::bind_cancellation_slot(cancel.slot(), asio::use_awaitable));
-        (void)ec1;
-        if (order[0] == 0) {
-            if (ex0) std::rethrow_exception(ex0);
-            co_return result(std::move(r0));
-        }
-        if (!st->set) throw boost::system::system_error(asio::error::operation_aborted);
-        co_return result{};
+    } catch (...) {
+        failed = std::current_exception();
     }
+    if (link.fired()) co_return result{};
+    if (failed) std::rethrow_exception(failed);
+    co_return r;
 }
 
 inline asio::awaitable<void> wait_until(clock::time_point deadline) {
