@@ -4,6 +4,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 
 namespace tenure {
@@ -46,12 +47,28 @@ void session_impl::start() {
     spawn_owned([self = shared_from_this()]() { return self->renew_loop(); });
 }
 
+// A request on `slot` reaches the task through a post, never while the task
+// runs. Asio 1.81's co_spawn_entry_point, when the coroutine it runs ends
+// without ever having been suspended with its cancellation state already
+// cancelled, throws operation_aborted from the `co_await post(...)` after
+// its try block: out of the thread, out of io_context::run(). An owned task
+// can cancel itself in just that way: a monitor that finds its key lost
+// calls lose(), which emits the slot the monitor runs under, and ends.
 void session_impl::spawn_owned(std::function<asio::awaitable<void>()> work, asio::cancellation_slot slot) {
     ++background;
+    auto finished = [self = shared_from_this()] {
+        if (--self->background == 0) self->background_idle.cancel();
+    };
+    if (!slot.is_connected()) {
+        asio::co_spawn(executor, std::move(work), [finished](std::exception_ptr) { finished(); });
+        return;
+    }
+    // The relay outlives the task (its completion handler holds it): the
+    // co_spawn's own cancellation handler lives in the relay's slot.
+    auto relay = std::make_shared<asio::cancellation_signal>();
+    slot.assign([relay, ex = executor](asio::cancellation_type t) { asio::post(ex, [relay, t] { relay->emit(t); }); });
     asio::co_spawn(executor, std::move(work),
-                   asio::bind_cancellation_slot(slot, [self = shared_from_this()](std::exception_ptr) {
-                       if (--self->background == 0) self->background_idle.cancel();
-                   }));
+                   asio::bind_cancellation_slot(relay->slot(), [finished, relay](std::exception_ptr) { finished(); }));
 }
 
 asio::awaitable<std::vector<candidate_info>> session_impl::read_candidates(std::string) {
