@@ -359,7 +359,18 @@ lock_outcome classify(consul::txn_result const& r) {
 // take the key on the server, and nobody would release it until the session
 // ended. A cancellation that arrives meanwhile is honoured once the answer
 // is in: a key taken is released again, then operation_aborted is thrown
-// (so an acquire cancelled with any type leaves nothing behind).
+// (so an acquire cancelled with any type leaves nothing behind). One that
+// arrives while the request still waits for a connection stops it there,
+// before anything is sent.
+//
+// Asio cancels a coroutine's operations through the state of its whole
+// coroutine thread, so for the request that state records a cancellation
+// and passes none on, and no await throws for it; then it is put back as
+// the thread had it. That thread is the acquire's own (race() in
+// core/event.hpp co_spawns it): Asio's defaults, terminal in and out, and
+// awaits that throw once cancelled. (A co_spawn of the request with no
+// cancellation slot did the same at the cost of a coroutine thread, its
+// entry frame and a trip through the scheduler per attempt.)
 struct lock_attempt {
     lock_outcome outcome = lock_outcome::failed;
     std::optional<consul::kv_pair> held;
@@ -393,27 +404,34 @@ lock_attempt attempt_of(std::optional<consul::txn_result> t, std::string const& 
 
 asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consul::txn_op> ops,
                                        std::string const& session) {
-    auto ex = co_await asio::this_coro::executor;
     auto const lock_at = std::find_if(ops.begin(), ops.end(), [](consul::txn_op const& op) { return op.verb == "lock"; });
     std::string const lock_key = lock_at == ops.end() ? std::string() : lock_at->key;
     bool const guarded = lock_at != ops.begin();
-    // Awaited with no cancellation slot: nothing cancels the request.
-    auto unstoppable = [] { return asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable); };
+    if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+        throw system_error(asio::error::operation_aborted);
+    co_await asio::this_coro::reset_cancellation_state(asio::enable_terminal_cancellation(),
+                                                       asio::disable_cancellation());
+    co_await asio::this_coro::throw_if_cancelled(false);
     std::optional<consul::txn_result> t;
+    bool aborted = false;  // the client closed, or cancelled while waiting for a connection
     try {
-        t = co_await asio::co_spawn(ex, coro(client).txn(std::move(ops)), unstoppable());
+        t = co_await coro(client).txn(std::move(ops));
     } catch (system_error const& ex) {
-        if (is_abort(ex)) throw;
+        aborted = is_abort(ex);
     }
-    lock_attempt a = attempt_of(std::move(t), lock_key, guarded, session);
     auto const cancelled = (co_await asio::this_coro::cancellation_state).cancelled();
+    co_await asio::this_coro::reset_cancellation_state();
+    co_await asio::this_coro::throw_if_cancelled(true);
+    if (aborted) throw system_error(asio::error::operation_aborted);
+    lock_attempt a = attempt_of(std::move(t), lock_key, guarded, session);
     if (cancelled == asio::cancellation_type::none) co_return a;
     if (a.held) {
-        co_await asio::this_coro::reset_cancellation_state();  // the release must go out
+        // The release must go out: no cancellation slot reaches it.
+        auto unstoppable = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable);
+        auto ex = co_await asio::this_coro::executor;
         try {
             co_await asio::co_spawn(
-                ex, coro(client).kv_release(a.held->key, session, a.held->value, consul::lock_flag_value),
-                unstoppable());
+                ex, coro(client).kv_release(a.held->key, session, a.held->value, consul::lock_flag_value), unstoppable);
         } catch (system_error const&) {
             // The session's end frees the key then.
         }
