@@ -189,6 +189,7 @@ public:
         BOOST_REQUIRE(fd_ >= 0);
         int one = 1;
         BOOST_REQUIRE(::setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0);
+        await_stamping();
         ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -234,6 +235,44 @@ public:
     }
 
 private:
+    // The kernel turns receive timestamps on for everyone once a socket asks
+    // (a global switch), but may do so from a deferred work item: data
+    // received before it runs carries no stamp, and under load that took
+    // long enough to reach the answers timed here. Waits until a datagram
+    // on loopback comes back stamped (the switch stays on while this
+    // socket has the option), within 10 s.
+    static void await_stamping() {
+        int const rx = ::socket(AF_INET, SOCK_DGRAM, 0), tx = ::socket(AF_INET, SOCK_DGRAM, 0);
+        BOOST_REQUIRE(rx >= 0 && tx >= 0);
+        int one = 1;
+        BOOST_REQUIRE(::setsockopt(rx, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        BOOST_REQUIRE(::bind(rx, reinterpret_cast<sockaddr const*>(&a), sizeof a) == 0);
+        BOOST_REQUIRE(::getsockname(rx, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+        bool stamped = false;
+        for (int i = 0; i < 10000 && !stamped; ++i) {
+            char byte = 0;
+            BOOST_REQUIRE(::sendto(tx, &byte, 1, 0, reinterpret_cast<sockaddr const*>(&a), sizeof a) == 1);
+            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+            iovec iov{&byte, 1};
+            msghdr m{};
+            m.msg_iov = &iov;
+            m.msg_iovlen = 1;
+            m.msg_control = control;
+            m.msg_controllen = sizeof control;
+            BOOST_REQUIRE(::recvmsg(rx, &m, 0) == 1);
+            for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+                stamped = stamped || (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS);
+            if (!stamped) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ::close(rx);
+        ::close(tx);
+        BOOST_REQUIRE_MESSAGE(stamped, "the kernel turned no receive timestamps on within 10 s");
+    }
+
     int fd_;
 };
 
