@@ -38,10 +38,17 @@ public:
     explicit event(asio::any_io_executor ex) : ex_(std::move(ex)), state_(std::make_shared<state>()) {}
     void set() {
         auto st = state_;  // a race that ends here may drop the last other owner
+        if (st->set) return;
         st->set = true;
         for (auto* t : st->waiters) t->cancel();
-        // Each race unlinks itself only when its coroutine resumes, later.
-        for (race_link* l = st->races; l != nullptr; l = l->next_) l->fire();
+        // A cancellation handler may end a race (and unlink it) before
+        // emit() returns: the cursor moves on before each link fires, and a
+        // link that goes while it is the cursor moves it on itself.
+        st->cursor = st->races;
+        while (race_link* l = st->cursor) {
+            st->cursor = l->next_;
+            l->fire();
+        }
     }
     bool is_set() const noexcept { return state_->set; }
     // Completes once set(); throws operation_aborted if the awaiting
@@ -65,6 +72,7 @@ public:
         }
         ~race_link() {
             if (from_.is_connected()) from_.clear();
+            if (state_->cursor == this) state_->cursor = next_;
             (prev_ ? prev_->next_ : state_->races) = next_;
             if (next_) next_->prev_ = prev_;
         }
@@ -92,7 +100,8 @@ private:
     struct state {
         bool set = false;
         std::list<tenure::detail::timer*> waiters;
-        race_link* races = nullptr;  // the races in progress, most recent first
+        race_link* races = nullptr;   // the races in progress, most recent first
+        race_link* cursor = nullptr;  // the next race set() fires
     };
     asio::any_io_executor ex_;
     std::shared_ptr<state> state_;  // shared with waiters, which may outlive the event
