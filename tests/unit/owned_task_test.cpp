@@ -35,14 +35,18 @@ struct no_backend final : tenure::detail::session_impl {
     }
 };
 
+// An io_context, a session on it, and the slot its task runs under.
+struct owned_task_fixture {
+    asio::io_context io;
+    std::shared_ptr<no_backend> s = std::make_shared<no_backend>(io.get_executor());
+    asio::cancellation_signal stop;
+};
+
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(owned_tasks)
+BOOST_FIXTURE_TEST_SUITE(owned_tasks, owned_task_fixture)
 
 BOOST_AUTO_TEST_CASE(a_task_that_cancels_itself_and_ends_at_once_stays_inside_run) {
-    asio::io_context io;
-    auto s = std::make_shared<no_backend>(io.get_executor());
-    asio::cancellation_signal stop;
     bool ran = false;
     s->spawn_owned(
         [&]() -> asio::awaitable<void> {
@@ -57,9 +61,6 @@ BOOST_AUTO_TEST_CASE(a_task_that_cancels_itself_and_ends_at_once_stays_inside_ru
 }
 
 BOOST_AUTO_TEST_CASE(a_request_stops_a_suspended_task) {
-    asio::io_context io;
-    auto s = std::make_shared<no_backend>(io.get_executor());
-    asio::cancellation_signal stop;
     bool aborted = false;
     s->spawn_owned(
         [&]() -> asio::awaitable<void> {
