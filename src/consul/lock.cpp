@@ -373,9 +373,11 @@ lock_outcome classify(consul::txn_result const& r) {
 // entry frame and a trip through the scheduler per attempt.)
 struct lock_attempt {
     lock_outcome outcome = lock_outcome::failed;
-    std::optional<consul::kv_pair> held;
     std::vector<consul::kv_pair> results;  // everything the transaction read back, when it went through
+    std::size_t lock_at = 0;               // results[lock_at]: the locked key
     bool guard_failed = false;             // not committed because ops[0], a guard, did not hold
+    // The locked key, when the lock went through.
+    consul::kv_pair const* held() const { return outcome == lock_outcome::acquired ? &results[lock_at] : nullptr; }
 };
 
 // What the lock transaction's answer (nullopt: it failed) says.
@@ -392,7 +394,7 @@ lock_attempt attempt_of(std::optional<consul::txn_result> t, std::string const& 
         if (held == t->results.rend() || held->session != session) {
             a.outcome = lock_outcome::failed;  // an odd answer
         } else {
-            a.held = *held;
+            a.lock_at = static_cast<std::size_t>(std::distance(held, t->results.rend()) - 1);
             a.results = std::move(t->results);
         }
     } else if (guarded) {
@@ -403,10 +405,8 @@ lock_attempt attempt_of(std::optional<consul::txn_result> t, std::string const& 
 }
 
 asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consul::txn_op> ops,
-                                       std::string const& session) {
-    auto const lock_at = std::find_if(ops.begin(), ops.end(), [](consul::txn_op const& op) { return op.verb == "lock"; });
-    std::string const lock_key = lock_at == ops.end() ? std::string() : lock_at->key;
-    bool const guarded = lock_at != ops.begin();
+                                       std::string const& lock_key, std::string const& session) {
+    bool const guarded = !ops.empty() && ops.front().verb != "lock";
     if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
         throw system_error(asio::error::operation_aborted);
     co_await asio::this_coro::reset_cancellation_state(asio::enable_terminal_cancellation(),
@@ -425,13 +425,13 @@ asio::awaitable<lock_attempt> try_lock(consul::client& client, std::vector<consu
     if (aborted) throw system_error(asio::error::operation_aborted);
     lock_attempt a = attempt_of(std::move(t), lock_key, guarded, session);
     if (cancelled == asio::cancellation_type::none) co_return a;
-    if (a.held) {
+    if (auto const* held = a.held()) {
         // The release must go out: no cancellation slot reaches it.
         auto unstoppable = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable);
         auto ex = co_await asio::this_coro::executor;
         try {
             co_await asio::co_spawn(
-                ex, coro(client).kv_release(a.held->key, session, a.held->value, consul::lock_flag_value), unstoppable);
+                ex, coro(client).kv_release(held->key, session, held->value, consul::lock_flag_value), unstoppable);
         } catch (system_error const&) {
             // The session's end frees the key then.
         }
@@ -461,8 +461,8 @@ asio::awaitable<std::optional<consul::kv_pair>> retake_after_lock_delay(consul::
     for (;;) {
         co_await sleep_until(backoff.refused(clock::now(), lock_delay));
         auto guarded = txn_ops(guard, lock_op);
-        auto again = co_await try_lock(client, std::move(guarded), session);
-        if (again.held) co_return std::move(again.held);
+        auto again = co_await try_lock(client, std::move(guarded), lock_op.key, session);
+        if (auto const* held = again.held()) co_return *held;
         if (again.outcome != lock_outcome::lock_delay) co_return std::nullopt;
     }
 }
@@ -775,16 +775,32 @@ asio::awaitable<std::vector<candidate_info>> consul_session::read_candidates(std
 
 namespace {
 
+// The lock op of `key` for this session.
+consul::txn_op lock_op_for(consul_session const& s, std::string const& key, std::string const& value) {
+    consul::txn_op op;
+    op.verb = "lock";
+    op.key = key;
+    op.value = value;
+    op.flags = consul::lock_flag_value;
+    op.session = s.id;
+    return op;
+}
+std::vector<consul::txn_op> lock_alone(consul_session const& s, std::string const& key, std::string const& value) {
+    return txn_ops(lock_op_for(s, key, value));
+}
+
 // The key, taken if nobody touched it since this session released it at
 // ModifyIndex `at` (check-index): no read first.
-asio::awaitable<std::optional<consul::kv_pair>> retake(consul::client& client, consul::txn_op const& lock_op,
-                                                       std::string const& id, std::uint64_t at) {
+asio::awaitable<std::shared_ptr<scope_state>> retake(consul_session& s, std::string const& key,
+                                                     std::string const& value, std::shared_ptr<kv_watch_hub> const& hub,
+                                                     election_options const& eopts, std::uint64_t at) {
     consul::txn_op check;
     check.verb = "check-index";
-    check.key = lock_op.key;
+    check.key = key;
     check.index = at;
-    auto a = co_await try_lock(client, txn_ops(std::move(check), lock_op), id);
-    co_return std::move(a.held);
+    auto a = co_await try_lock(s.client, txn_ops(std::move(check), lock_op_for(s, key, value)), key, s.id);
+    if (auto const* held = a.held()) co_return s.won(key, value, hub, eopts, *held);
+    co_return nullptr;
 }
 
 // A candidate that waits registers beside the key (candidates.hpp), in one
@@ -1004,26 +1020,33 @@ asio::awaitable<deferral> defer(consul_session& s, candidate_registration& reg, 
 
 }  // namespace
 
-asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
-                                                                            bool once,
-                                                                            std::shared_ptr<kv_watch_hub> hub,
-                                                                            election_options const& eopts) {
-    bool const quick_retake = eopts.quick_retake;
-    auto self = std::static_pointer_cast<consul_session>(shared_from_this());
+namespace {
+
+// What the first look leaves the candidate loop: the key as it saw it, to
+// go on from with no read (nullopt: read it), and where a read of it starts.
+struct first_look {
+    std::optional<key_view> seen;
     std::uint64_t index = 0;
     std::optional<kv_watch_hub::known_state> known;  // nullopt: any state answers
+};
+
+// The candidate loop, once the first look found the key taken (or the first
+// try lost): registers beside the key, defers to the one the marker names,
+// blocks on the key and races when it clears. (`first` lives in the
+// caller's frame, which awaits this at once.)
+asio::awaitable<std::shared_ptr<scope_state>> contend(std::shared_ptr<consul_session> self, std::string key,
+                                                      std::string value, bool once, std::shared_ptr<kv_watch_hub> hub,
+                                                      election_options const& eopts, first_look& first) {
+    consul_session& s = *self;
+    bool const quick_retake = eopts.quick_retake;
+    std::uint64_t index = first.index;
+    std::optional<kv_watch_hub::known_state> known = std::move(first.known);
     acquire_backoff backoff;
     std::optional<herd_member> in_herd;  // from seeing the key freed to the end of the attempt
     std::string last_holder;
-    clock::duration holder_delay = options.lock_delay;
+    clock::duration holder_delay = s.options.lock_delay;
     clock::duration error_retry = 20ms;
-
-    consul::txn_op lock_op;
-    lock_op.verb = "lock";
-    lock_op.key = key;
-    lock_op.value = value;
-    lock_op.flags = consul::lock_flag_value;
-    lock_op.session = id;
+    consul::txn_op const lock_op = lock_op_for(s, key, value);
 
     candidate_registration reg(self, key);
     bool const note_targets = !hub && eopts.handoff_on_release && !quick_retake;
@@ -1034,35 +1057,10 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
 
     auto acquired = [&](consul::kv_pair const& held) {
         reg.won = true;
-        auto st = std::make_shared<consul_lock_scope>(self, key, value, client, hub);
-        st->token = held.lock_index;
-        st->modify_index = held.modify_index;
-        st->quick_retake = quick_retake;
-        st->priority = eopts.priority;
-        st->handoff_on_release = eopts.handoff_on_release;
-        st->yield_to_higher = eopts.yield_to_higher;
-        st->yield_settle = std::max<clock::duration>(clock::duration::zero(),
-                                                     std::chrono::duration_cast<clock::duration>(eopts.yield_settle));
-        st->accept_transfer_requests = eopts.accept_transfer_requests;
-        // Negative: at once; beyond a year: a year (keeps now + delay finite).
-        st->monitor_delay = std::clamp<clock::duration>(std::chrono::duration_cast<clock::duration>(eopts.monitor_delay),
-                                                        clock::duration::zero(), std::chrono::hours{24 * 366});
-        adopt(st);
-        if (st->yield_to_higher || st->accept_transfer_requests)
-            spawn_owned([st]() { return st->watch_candidates(); }, st->watch_cancel.slot());
-        return st;
+        return s.won(key, value, hub, eopts, held);
     };
 
-    // Retake: this session released the key cleanly and, if nobody has
-    // touched it since (check-index), it is still a free lock key: take it
-    // with no read first. Any other answer falls back to the loop below.
-    // The release notes the index only when nobody waited for the key (its
-    // guarded unlock, with handoff_on_release), or with quick_retake, which
-    // opts into beating the followers a release woke (no rotation).
-    if (auto const at = take_note(released_at, key))
-        if (auto held = co_await retake(client, lock_op, id, *at)) co_return acquired(*held);
-
-    std::optional<key_view> seen_taken;  // the key as a deferral (or a refused try) saw it: no read needed
+    std::optional<key_view> seen_taken = std::move(first.seen);  // the key as a deferral (or a refused try) saw it: no read needed
     bool read_marker = false;  // the marker failed as a guard, or told nothing: read it
     // A freed key whose lock-delay spread waits for the marker's read (see
     // `speculative` below): when it was seen freed, and how many of this
@@ -1076,7 +1074,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             if (seen_taken)
                 r = std::exchange(seen_taken, std::nullopt);
             else
-                r = co_await read_key(client, hub.get(), key, index, known);
+                r = co_await read_key(s.client, hub.get(), key, index, known);
         } catch (system_error const& ex) {
             if (is_abort(ex)) throw;
             transient = true;
@@ -1095,23 +1093,23 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         // The handover's transaction took our entry out with it: when the
         // hub's snapshot (as new as this answer) shows it gone, there is
         // nothing left to remove and the one who handed over named the next.
-        if (pair && pair->session == id && reg.active) {
+        if (pair && pair->session == s.id && reg.active) {
             if (hub) {
-                auto const entry = hub->peek(candidate_key(key, id));
+                auto const entry = hub->peek(candidate_key(key, s.id));
                 if (entry && !*entry) reg.active = false;
             }
             if (note_targets && reg.active) {
                 reg.active = false;  // after_handover_to sees to the entry
                 auto const settle = std::clamp<clock::duration>(
                     std::chrono::duration_cast<clock::duration>(eopts.monitor_delay), clock::duration::zero(), 1s);
-                spawn_owned([self, key, at = reg.modify_index, always = reg.name_next, settle]() {
+                s.spawn_owned([self, key, at = reg.modify_index, always = reg.name_next, settle]() {
                     return after_handover_to(self, key, at, always, settle);
                 });
             }
             co_return acquired(*pair);
         }
 
-        if (pair && !pair->session.empty() && pair->session != id) {
+        if (pair && !pair->session.empty() && pair->session != s.id) {
             free_since.reset();
             if (!once && !reg.active) co_await register_waiting(*self, reg, value, hub.get(), eopts.priority);
             // The one we knew named holds it: it named another on winning.
@@ -1119,7 +1117,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             // Held by another candidate: learn its LockDelay once, then block.
             if (pair->session != last_holder) {
                 last_holder = pair->session;
-                holder_delay = co_await holder_lock_delay(last_holder);
+                holder_delay = co_await s.holder_lock_delay(last_holder);
             }
             backoff.held();
             in_herd.reset();
@@ -1156,7 +1154,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         bool speculative = false;  // guarded by the marker without knowing whether it names us
         bool remembered = false;   // deferring to the one we last read named, with no read now
         if (reg.active && !once && grace > clock::duration::zero() && !std::exchange(read_marker, false)) {
-            marker_guard = guard_from_snapshot(hub.get(), key, id, eopts.priority, rk, speculative);
+            marker_guard = guard_from_snapshot(hub.get(), key, s.id, eopts.priority, rk, speculative);
             if (speculative && reg.named_seen) {
                 // No snapshot, but our last read of the marker named another
                 // that has not been seen to stop waiting: defer to it instead
@@ -1180,7 +1178,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             // Remembered only while the one named waits, as of its entry's read.
             reg.remember_named(rk.defer_to.empty() ? std::nullopt : rk.top, eopts.priority, rk.defer_index);
         }
-        bool const named = rk.top && rk.top->first == id;
+        bool const named = rk.top && rk.top->first == s.id;
         if (freed_at && speculative) {
             // Whether we are named decides the spread: settled by the try,
             // or by the marker's read after it.
@@ -1209,7 +1207,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
                 continue;
             }
             if (d.taken) {
-                if (d.taken->pair->session == id) co_return acquired(*d.taken->pair);
+                if (d.taken->pair->session == s.id) co_return acquired(*d.taken->pair);
                 // Held again: back to waiting on it, from what we saw.
                 seen_taken = std::move(d.taken);
                 continue;
@@ -1224,11 +1222,11 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         if (marker_guard) ops.push_back(std::move(*marker_guard));
         ops.push_back(lock_op);
         for (auto& op : reg.ops_with_lock()) ops.push_back(std::move(op));
-        auto attempt = co_await try_lock(client, std::move(ops), id);
+        auto attempt = co_await try_lock(s.client, std::move(ops), key, s.id);
         auto const outcome = attempt.outcome;
-        if (attempt.held) {
+        if (auto const* held = attempt.held()) {
             reg.removed_by_lock(attempt.results);
-            co_return acquired(*attempt.held);
+            co_return acquired(*held);
         }
         if (attempt.guard_failed) {
             // Not named (or the marker moved after the snapshot): the one
@@ -1257,7 +1255,7 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         }
         if (outcome == lock_outcome::lock_delay) {
             if (once) co_return nullptr;
-            if (auto held = co_await retake_after_lock_delay(client, id, lock_op, pair, backoff, options.lock_delay))
+            if (auto held = co_await retake_after_lock_delay(s.client, s.id, lock_op, pair, backoff, s.options.lock_delay))
                 co_return acquired(*held);
             in_herd.reset();
             index = 0;
@@ -1270,6 +1268,74 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
         index = 0;
         known.reset();
     }
+}
+
+}  // namespace
+
+std::shared_ptr<scope_state> consul_session::won(std::string const& key, std::string const& value,
+                                                 std::shared_ptr<kv_watch_hub> const& hub,
+                                                 election_options const& eopts, consul::kv_pair const& held) {
+    auto self = std::static_pointer_cast<consul_session>(shared_from_this());
+    auto st = std::make_shared<consul_lock_scope>(self, key, value, client, hub);
+    st->token = held.lock_index;
+    st->modify_index = held.modify_index;
+    st->quick_retake = eopts.quick_retake;
+    st->priority = eopts.priority;
+    st->handoff_on_release = eopts.handoff_on_release;
+    st->yield_to_higher = eopts.yield_to_higher;
+    st->yield_settle = std::max<clock::duration>(clock::duration::zero(),
+                                                 std::chrono::duration_cast<clock::duration>(eopts.yield_settle));
+    st->accept_transfer_requests = eopts.accept_transfer_requests;
+    // Negative: at once; beyond a year: a year (keeps now + delay finite).
+    st->monitor_delay = std::clamp<clock::duration>(std::chrono::duration_cast<clock::duration>(eopts.monitor_delay),
+                                                    clock::duration::zero(), std::chrono::hours{24 * 366});
+    adopt(st);
+    if (st->yield_to_higher || st->accept_transfer_requests)
+        spawn_owned([st]() { return st->watch_candidates(); }, st->watch_cancel.slot());
+    return st;
+}
+
+// The first look, in a frame of its own that holds none of the candidate
+// loop's state (contend): a key nobody holds is taken with one read and one
+// lock transaction, which is every acquire that meets no contention.
+asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::string key, std::string value,
+                                                                            bool once,
+                                                                            std::shared_ptr<kv_watch_hub> hub,
+                                                                            election_options const& eopts) {
+    // Retake: this session released the key cleanly and, if nobody has
+    // touched it since (check-index), it is still a free lock key: take it
+    // with no read first. Any other answer falls back to the loop.
+    // The release notes the index only when nobody waited for the key (its
+    // guarded unlock, with handoff_on_release), or with quick_retake, which
+    // opts into beating the followers a release woke (no rotation).
+    if (auto const at = take_note(released_at, key))
+        if (auto st = co_await retake(*this, key, value, hub, eopts, *at)) co_return st;
+
+    first_look look;
+    try {
+        look.seen = co_await read_key(client, hub.get(), key, 0, std::nullopt);
+    } catch (system_error const& ex) {
+        if (is_abort(ex)) throw;  // else the loop reads again
+    }
+    consul::kv_pair const* pair = look.seen && look.seen->pair ? &*look.seen->pair : nullptr;
+    bool const free = look.seen && (!pair || (pair->flags == consul::lock_flag_value &&
+                                              (pair->session.empty() || pair->session == id)));
+    if (free) {
+        auto attempt = co_await try_lock(client, lock_alone(*this, key, value), key, id);
+        if (auto const* held = attempt.held()) co_return won(key, value, hub, eopts, *held);
+        if (once && (attempt.outcome == lock_outcome::held || attempt.outcome == lock_outcome::lock_delay))
+            co_return nullptr;
+        if (attempt.outcome == lock_outcome::held && hub) {
+            // Lost the race: wait until the snapshot shows the winner.
+            look.index = look.seen->index;
+            look.known = known_of(look.seen->pair);
+        }
+        // Else the loop reads again, but for a lock-delay refusal: it goes on
+        // from the key as it was, and retries when the delay ends.
+        if (attempt.outcome != lock_outcome::lock_delay) look.seen.reset();
+    }
+    auto self = std::static_pointer_cast<consul_session>(shared_from_this());
+    co_return co_await contend(std::move(self), std::move(key), std::move(value), once, std::move(hub), eopts, look);
 }
 
 // transfer_to, a yield, an operator request: one transaction that checks the

@@ -221,6 +221,10 @@ struct consul_session final : session_impl {
     asio::awaitable<std::shared_ptr<scope_state>> acquire_with(std::string key, std::string value, bool once,
                                                                std::shared_ptr<kv_watch_hub> hub,
                                                                election_options const& options);
+    // The scope of a key this session took (lock.cpp).
+    std::shared_ptr<scope_state> won(std::string const& key, std::string const& value,
+                                     std::shared_ptr<kv_watch_hub> const& hub, election_options const& options,
+                                     consul::kv_pair const& held);
     asio::awaitable<std::shared_ptr<scope_state>> acquire_permit(std::string prefix, int limit, std::string value,
                                                                  bool once);
     asio::awaitable<claim_holders> read_slots(std::string prefix, int limit);
