@@ -86,37 +86,32 @@ void kv_watch_hub::deliver(waiter& w) {
     else if (w.notify) asio::post(client_.get_executor(), w.notify);
 }
 
-kv_watch_hub::waiter_list::iterator kv_watch_hub::add_waiter(std::string key, std::uint64_t min_index,
-                                                             std::optional<known_state> known) {
-    auto& list = waiting_[key];
-    auto it = list.insert(list.end(), waiter{std::move(key), min_index, known, std::nullopt, nullptr, {}, std::nullopt});
+void kv_watch_hub::add_waiter(waiter& w) {
+    w.at = waiting_.emplace(w.key, &w);
     ++waiter_count_;
-    if (it->min_index > 0 && (!have_snapshot_ || it->min_index > index_))
-        it->pending = short_of_index_.emplace(it->min_index, &*it);
-    return it;
+    if (w.min_index > 0 && (!have_snapshot_ || w.min_index > index_))
+        w.pending = short_of_index_.emplace(w.min_index, &w);
 }
 
-void kv_watch_hub::remove_waiter(waiter_list::iterator it) {
-    if (it->pending) short_of_index_.erase(*it->pending);
-    auto m = waiting_.find(it->key);
-    m->second.erase(it);
-    if (m->second.empty()) waiting_.erase(m);
+void kv_watch_hub::remove_waiter(waiter& w) {
+    if (w.pending) short_of_index_.erase(*w.pending);
+    waiting_.erase(w.at);
     --waiter_count_;
 }
 
 kv_watch_hub::watch_id kv_watch_hub::watch(std::string key, std::uint64_t min_index, std::optional<known_state> known,
                                            std::function<void()> notify) {
-    watch_id w;
-    w.it_ = add_waiter(std::move(key), min_index, known);
-    w.it_->notify = std::move(notify);
-    if (answers(w.it_->key, min_index, known)) deliver(*w.it_);
+    watch_id id;
+    id.w_.reset(new waiter{std::move(key), min_index, known, std::nullopt, nullptr, std::move(notify), std::nullopt, {}});
+    add_waiter(*id.w_);
+    if (answers(id.w_->key, min_index, known)) deliver(*id.w_);
     else ensure_running();
-    return w;
+    return id;
 }
 
-std::optional<kv_watch_hub::key_state> kv_watch_hub::end_watch(watch_id w) {
-    auto answer = std::move(w.it_->answer);
-    remove_waiter(w.it_);
+std::optional<kv_watch_hub::key_state> kv_watch_hub::end_watch(watch_id id) {
+    auto answer = std::move(id.w_->answer);
+    remove_waiter(*id.w_);
     return answer;
 }
 
@@ -126,25 +121,24 @@ asio::awaitable<std::optional<kv_watch_hub::key_state>> kv_watch_hub::changed(st
     auto self = shared_from_this();
     // (A plain function: its locals stay out of this coroutine's frame.)
     if (auto s = answer_now(key, min_index, known)) co_return std::move(*s);
-    auto it = add_waiter(std::move(key), min_index, known);
-    // Unregister however this coroutine ends (answered, cancelled, destroyed).
-    struct unregister {
-        kv_watch_hub* hub;
-        waiter_list::iterator it;
-        ~unregister() { hub->remove_waiter(it); }
-    } guard{this, it};
-
     tenure::detail::timer timer(co_await asio::this_coro::executor, tenure::detail::clock::time_point::max());
-    it->wake = &timer;
+    // Registered from this frame; unregistered however the coroutine ends
+    // (answered, cancelled, destroyed).
+    struct registration {
+        kv_watch_hub* hub;
+        waiter w;
+        ~registration() { hub->remove_waiter(w); }
+    } reg{this, waiter{std::move(key), min_index, known, std::nullopt, &timer, {}, std::nullopt, {}}};
+    add_waiter(reg.w);
     ensure_running();
-    while (!it->answer) {
+    while (!reg.w.answer) {
         co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-        if (it->answer) break;
+        if (reg.w.answer) break;
         if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
             co_return std::nullopt;
         timer.expires_at(tenure::detail::clock::time_point::max());
     }
-    co_return std::move(it->answer);
+    co_return std::move(reg.w.answer);
 }
 
 void kv_watch_hub::ensure_running() {
@@ -196,17 +190,12 @@ void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index
     index_ = index;
     have_snapshot_ = true;
 
-    auto visit = [&](waiter_list& list) {
-        for (auto& w : list)
-            if (!w.answer && answers(w.key, w.min_index, w.known)) deliver(w);
-    };
     if (first) {
-        for (auto& [key, list] : waiting_) visit(list);
+        for (auto& [key, w] : waiting_)
+            if (!w->answer && answers(w->key, w->min_index, w->known)) deliver(*w);
     } else {
-        for (auto const* key : written)
-            if (auto m = waiting_.find(*key); m != waiting_.end()) visit(m->second);
-        for (auto const& key : gone)
-            if (auto m = waiting_.find(key); m != waiting_.end()) visit(m->second);
+        for (auto const* key : written) visit(*key);
+        for (auto const& key : gone) visit(key);
     }
     // Waiters that registered short of their min_index were never looked at
     // against a late enough snapshot: this one may be it.
@@ -214,6 +203,14 @@ void kv_watch_hub::apply(std::vector<consul::kv_pair> pairs, std::uint64_t index
         waiter& w = *short_of_index_.begin()->second;
         short_of_index_.erase(short_of_index_.begin());
         w.pending.reset();
+        if (!w.answer && answers(w.key, w.min_index, w.known)) deliver(w);
+    }
+}
+
+void kv_watch_hub::visit(std::string_view key) {
+    auto [from, to] = waiting_.equal_range(key);
+    for (auto it = from; it != to; ++it) {
+        waiter& w = *it->second;
         if (!w.answer && answers(w.key, w.min_index, w.known)) deliver(w);
     }
 }

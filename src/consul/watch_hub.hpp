@@ -23,7 +23,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,7 +34,6 @@ namespace tenure::detail {
 
 class kv_watch_hub : public std::enable_shared_from_this<kv_watch_hub> {
     struct waiter;
-    using waiter_list = std::list<waiter>;
 
 public:
     // The state of one key as of a snapshot.
@@ -68,10 +66,11 @@ public:
     // the answer and forgets the watch. A leader's monitor parks this way, a
     // registration instead of a coroutine frame, a timer and its wait per
     // held key. end_watch() before an answer just forgets the watch; every
-    // watch must end (its owner's destructor at the latest).
+    // watch must end (its owner's destructor at the latest). A watch_id is
+    // moved, not copied: it owns the registration.
     class watch_id {
         friend class kv_watch_hub;
-        waiter_list::iterator it_;
+        std::unique_ptr<waiter> w_;
     };
     watch_id watch(std::string key, std::uint64_t min_index, std::optional<known_state> known,
                    std::function<void()> notify);
@@ -98,6 +97,10 @@ private:
     // by min_index: a later snapshot may answer them though their key did
     // not move.
     using short_of_index = std::multimap<std::uint64_t, waiter*>;
+    // Waiters by key: the key is the waiter's own (a waiter stays put while
+    // it is registered: in changed()'s frame, or a watch's allocation), so a
+    // registration costs one node and no copy of the key.
+    using waiter_map = std::unordered_multimap<std::string_view, waiter*>;
     struct waiter {
         std::string key;
         std::uint64_t min_index = 0;
@@ -106,6 +109,7 @@ private:
         tenure::detail::timer* wake = nullptr;  // a coroutine's (changed)
         std::function<void()> notify;           // or a watch's
         std::optional<short_of_index::iterator> pending;
+        waiter_map::iterator at;  // in waiting_
     };
     // A key of the snapshot, stamped with the last read that had it.
     struct entry {
@@ -125,8 +129,10 @@ private:
     std::optional<key_state> answer_now(std::string const& key, std::uint64_t min_index,
                                         std::optional<known_state> const& known) const;
     void deliver(waiter& w);
-    waiter_list::iterator add_waiter(std::string key, std::uint64_t min_index, std::optional<known_state> known);
-    void remove_waiter(waiter_list::iterator it);
+    void add_waiter(waiter& w);
+    void remove_waiter(waiter& w);
+    // Delivers to the waiters of `key` the snapshot answers.
+    void visit(std::string_view key);
     void ensure_running();
     // The shared query's loop. It holds the hub only weakly: when the last
     // election lets go of the hub, ~kv_watch_hub cancels the parked query.
@@ -147,8 +153,7 @@ private:
     // a copy.
     std::unordered_map<std::string, entry, key_hash, std::equal_to<>> keys_;
     std::uint64_t reads_ = 0;  // the stamp of the latest read
-    // Waiters by key; each list node stays put while its coroutine waits.
-    std::unordered_map<std::string, waiter_list> waiting_;
+    waiter_map waiting_;
     short_of_index short_of_index_;
     std::size_t waiter_count_ = 0;
     std::uint64_t snapshots_ = 0;

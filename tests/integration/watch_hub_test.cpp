@@ -334,7 +334,7 @@ BOOST_AUTO_TEST_CASE(a_watch_is_told_of_its_key_and_nothing_else) {
 
         co_await c->kv_put("w/a", std::string("2"));
         UNTIL(told == 1);
-        auto answer = hub->end_watch(w);
+        auto answer = hub->end_watch(std::move(w));
         BOOST_REQUIRE(answer && answer->pair);
         BOOST_CHECK_EQUAL(answer->pair->value.value_or(""), "2");
         BOOST_CHECK_EQUAL(hub->waiters(), 0u);
@@ -344,21 +344,21 @@ BOOST_AUTO_TEST_CASE(a_watch_is_told_of_its_key_and_nothing_else) {
         auto stale = hub->watch("w/a", s.index, known, [&] { ++stale_told; });
         BOOST_CHECK_EQUAL(stale_told, 0);
         UNTIL(stale_told == 1);
-        BOOST_CHECK_EQUAL(hub->end_watch(stale)->pair->value.value_or(""), "2");
+        BOOST_CHECK_EQUAL(hub->end_watch(std::move(stale))->pair->value.value_or(""), "2");
 
         // Ended before any change: no answer, and never told.
         auto const now = *hub->current("w/a");
         int ended_told = 0;
         auto ended = hub->watch("w/a", now.index, kv_watch_hub::known_state{true, now.pair->modify_index},
                                 [&] { ++ended_told; });
-        BOOST_CHECK(!hub->end_watch(ended));
+        BOOST_CHECK(!hub->end_watch(std::move(ended)));
         BOOST_CHECK_EQUAL(hub->waiters(), 0u);
         auto keep = hub->watch("w/b", 0, std::nullopt, [] {});  // keeps the hub's query going
         auto const before = hub->snapshots();
         co_await c->kv_put("w/a", std::string("3"));
         UNTIL(hub->snapshots() > before);
         BOOST_CHECK_EQUAL(ended_told, 0);
-        hub->end_watch(keep);
+        hub->end_watch(std::move(keep));
     });
 }
 
