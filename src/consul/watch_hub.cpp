@@ -79,6 +79,7 @@ std::optional<kv_watch_hub::key_state> kv_watch_hub::answer_now(std::string cons
 }
 
 void kv_watch_hub::deliver(waiter& w) {
+    ++deliveries_;
     w.answer = current(w.key);
     if (w.wake) w.wake->cancel();
     // Posted: a snapshot being applied walks the lists the watch's owner
@@ -89,6 +90,7 @@ void kv_watch_hub::deliver(waiter& w) {
 void kv_watch_hub::add_waiter(waiter& w) {
     w.at = waiting_.emplace(w.key, &w);
     ++waiter_count_;
+    if (w.wake) ++awaiting_;
     if (w.min_index > 0 && (!have_snapshot_ || w.min_index > index_))
         w.pending = short_of_index_.emplace(w.min_index, &w);
 }
@@ -97,6 +99,7 @@ void kv_watch_hub::remove_waiter(waiter& w) {
     if (w.pending) short_of_index_.erase(*w.pending);
     waiting_.erase(w.at);
     --waiter_count_;
+    if (w.wake) --awaiting_;
 }
 
 kv_watch_hub::watch_id kv_watch_hub::watch(std::string key, std::uint64_t min_index, std::optional<known_state> known,
@@ -232,6 +235,7 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
                                         std::shared_ptr<asio::cancellation_signal> stop) {
     (void)stop;  // kept alive while the query may still use its slot
     auto retry = std::chrono::milliseconds{20};
+    int quiet = 0;  // snapshots in a row that answered nobody, with only watches waiting
     for (;;) {
         consul::client* client = nullptr;
         std::string prefix;
@@ -289,17 +293,26 @@ asio::awaitable<void> kv_watch_hub::run(std::weak_ptr<kv_watch_hub> weak,
         }
         retry = std::chrono::milliseconds{20};
         hub->query_index_ = consul::next_wait_index(hub->query_index_, r->meta.index);
+        auto const told = hub->deliveries_;
         hub->apply(std::move(r->value), r->meta.index, stamp);
+        bool const idle = hub->deliveries_ == told && hub->awaiting_ == 0;
+        quiet = idle ? std::min(quiet + 1, 6) : 0;
         // A big prefix that changes all the time (10 000 elections taking
         // their keys) would otherwise be fetched and parsed back to back, on
         // the thread the elections share. Pausing for twice the work the last
         // snapshot took keeps the hub under about a third of the thread; for a
         // small prefix the pause is microseconds. The work counted is the
         // parse, the decode and the apply, from the answer's arrival.
+        // While only leaders' monitors wait (watches: nobody waits to take a
+        // key) and a snapshot told none of them anything (leaders taking
+        // their keys), each such snapshot in a row doubles the pause, up to
+        // the same 100 ms. A candidate waiting for a key keeps the pause at
+        // twice the work: its wait is a failover's latency.
         auto const cost = tenure::detail::clock::now() - received;
         if (cost > std::chrono::microseconds{200}) {
             hub.reset();
-            tenure::detail::timer pause(co_await asio::this_coro::executor, std::min<tenure::detail::clock::duration>(2 * cost, std::chrono::milliseconds{100}));
+            auto const wait = std::min<tenure::detail::clock::duration>(2 * cost * (1 << quiet), 100ms);
+            tenure::detail::timer pause(co_await asio::this_coro::executor, wait);
             co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
         }
     }

@@ -157,6 +157,8 @@ private:
     short_of_index short_of_index_;
     std::size_t waiter_count_ = 0;
     std::uint64_t snapshots_ = 0;
+    std::uint64_t deliveries_ = 0;  // answers given: whether a snapshot told anyone anything
+    std::size_t awaiting_ = 0;      // waiters in changed(): candidates waiting for a key
     bool running_ = false;
     std::uint64_t query_index_ = 0;
     std::shared_ptr<boost::asio::cancellation_signal> stop_;  // cancels the loop's query
