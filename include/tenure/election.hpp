@@ -57,7 +57,12 @@ struct election_options {
     /// holding one blocking query (and one connection) each, so thousands of
     /// elections need a handful of connections. Empty: the key's own blocking
     /// queries, the lowest handover latency for a few keys. Consul only
-    /// (ignored on etcd, whose watches are streams already).
+    /// (ignored on etcd, whose watches are streams already). Each change
+    /// under the prefix rereads all of it: on a big prefix that changes all
+    /// the time, rereads are spaced by twice the work of the last one (at
+    /// most 100 ms), and while only leaders' monitors wait and a reread told
+    /// none of them anything, by up to 100 ms: a monitor may see its key
+    /// move that much later (its session's renewals are not delayed).
     std::string shared_watch;
 
     /// An acquire() retakes the key without reading it first when this
