@@ -1060,7 +1060,8 @@ asio::awaitable<std::shared_ptr<scope_state>> contend(std::shared_ptr<consul_ses
         return s.won(key, value, hub, eopts, held);
     };
 
-    std::optional<key_view> seen_taken = std::move(first.seen);  // the key as a deferral (or a refused try) saw it: no read needed
+    // The key as the first look, a deferral or a refused try saw it: no read needed.
+    std::optional<key_view> seen_taken = std::move(first.seen);
     bool read_marker = false;  // the marker failed as a guard, or told nothing: read it
     // A freed key whose lock-delay spread waits for the marker's read (see
     // `speculative` below): when it was seen freed, and how many of this
@@ -1331,7 +1332,8 @@ asio::awaitable<std::shared_ptr<scope_state>> consul_session::acquire_with(std::
             look.known = known_of(look.seen->pair);
         }
         // Else the loop reads again, but for a lock-delay refusal: it goes on
-        // from the key as it was, and retries when the delay ends.
+        // from the key as it was (its own try is refused as well, and it
+        // then retries when the delay ends, guarded by what it saw).
         if (attempt.outcome != lock_outcome::lock_delay) look.seen.reset();
     }
     auto self = std::static_pointer_cast<consul_session>(shared_from_this());
