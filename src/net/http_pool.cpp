@@ -142,9 +142,16 @@ private:
     http_connection& c_;
 };
 
+struct http_pool::watchdog {
+    explicit watchdog(asio::any_io_executor const& ex) : timer(ex) {}
+    tenure::detail::timer timer;
+    clock::time_point armed = clock::time_point::max();  // max: not waiting
+    std::uint64_t wait = 0;  // the current wait's number: a superseded one's completion is ignored
+};
+
 http_pool::http_pool(asio::any_io_executor ex, http_pool_options opts, fail_handler on_fail)
     : ex_(std::move(ex)), opts_(std::move(opts)), on_fail_(std::move(on_fail)),
-      count_(std::make_shared<connection_count>()) {
+      count_(std::make_shared<connection_count>()), watchdog_(std::make_shared<watchdog>(ex_)) {
     count_->on_close = [this] { wake_one(); };
     auto const& d = opts_.destination;
     if (!d.unix_path.empty()) {
@@ -208,12 +215,45 @@ std::unique_ptr<http_connection> http_pool::take_idle() {
 }
 
 void http_pool::give_back(std::unique_ptr<http_connection> c, std::uint64_t generation) {
-    if (generation != generation_ || c->aborted || c->buffer.size() != 0) return;
+    if (generation != generation_ || c->aborted || c->timed_out || c->buffer.size() != 0) return;
     if (idle_.size() >= opts_.max_idle) return;
-    c->stream.expires_never();
     c->idle_since = clock::now();
     idle_.push_back(std::move(c));
     wake_one();
+}
+
+void http_pool::watch(http_connection& c, clock::time_point deadline) {
+    c.deadline = deadline;
+    if (deadline < watchdog_->armed) arm_watchdog(deadline);
+}
+
+void http_pool::arm_watchdog(clock::time_point at) {
+    auto& w = *watchdog_;
+    w.armed = at;
+    w.timer.expires_at(at);  // a wait for a later time completes as cancelled, and is ignored
+    w.timer.async_wait([this, weak = std::weak_ptr<watchdog>(watchdog_), wait = ++w.wait](beast::error_code) {
+        auto alive = weak.lock();  // the pool owns the watchdog: alive, so is the pool
+        if (alive && alive->wait == wait) on_watchdog();
+    });
+}
+
+void http_pool::on_watchdog() {
+    watchdog_->armed = clock::time_point::max();
+    auto const now = clock::now();
+    auto next = clock::time_point::max();
+    // Closing completes the connection's operations later, through the
+    // executor: the active list does not change under this loop.
+    for (http_connection* c : active_) {
+        if (c->deadline <= now) {
+            if (!c->timed_out) {
+                c->timed_out = true;
+                c->stream.close();
+            }
+        } else {
+            next = std::min(next, c->deadline);
+        }
+    }
+    if (next != clock::time_point::max()) arm_watchdog(next);
 }
 
 bool http_pool::at_limit() const noexcept {
@@ -304,6 +344,8 @@ asio::awaitable<std::unique_ptr<http_connection>> http_pool::open(clock::time_po
             fail_io(hec, c->aborted || cancelled(co_await asio::this_coro::cancellation_state),
                     what + " (TLS handshake)");
     }
+    // A pooled connection's exchanges are timed by the watchdog.
+    if (tracked) c->stream.expires_never();
     co_return c;
 }
 
@@ -349,7 +391,7 @@ asio::awaitable<http_pool::response> http_pool::round_trip(std::unique_ptr<http_
         // pool (or is closed there): the guard reads the connection.
         std::optional<active_guard> guard;
         guard.emplace(*this, *c);
-        c->stream.expires_at(deadline);
+        watch(*c, deadline);
 
         // A kept-alive connection the server closed meanwhile fails on the
         // write or before the first byte of the answer: try once more on a
@@ -357,10 +399,15 @@ asio::awaitable<http_pool::response> http_pool::round_trip(std::unique_ptr<http_
         auto retry = [&](beast::error_code const& ec, bool got_some) {
             return reused && attempt == 0 && !got_some && !c->aborted && stale_connection_error(ec);
         };
+        // The watchdog closed the connection at the deadline.
+        auto check_deadline = [&] {
+            if (c->timed_out) fail(asio::error::timed_out, describe(label));
+        };
 
         auto [wec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data(), wire.size()),
                                                     tuple_awaitable);
         if (wec) {
+            check_deadline();
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
             if (!aborted && retry(wec, false)) continue;
             fail_io(wec, aborted, describe(label));
@@ -370,6 +417,7 @@ asio::awaitable<http_pool::response> http_pool::round_trip(std::unique_ptr<http_
         parser.body_limit(std::numeric_limits<std::uint64_t>::max());
         auto [rec, rn] = co_await http::async_read(c->stream, c->buffer, parser, tuple_awaitable);
         if (rec) {
+            check_deadline();
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);
             if (!aborted && retry(rec, parser.got_some() || c->buffer.size() != 0)) continue;
             fail_io(rec, aborted, describe(label));

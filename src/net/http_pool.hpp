@@ -10,8 +10,10 @@
 // Any error, timeout or cancellation closes the connection. With
 // max_connections set, a request that finds every connection busy waits for
 // one to be given back or closed (first come, first served) within its
-// deadline. Resolve, connect, handshake, write and read share one deadline,
-// enforced by basic_stream::expires_at.
+// deadline. Resolve, connect, handshake, write and read share one deadline.
+// Connecting enforces it with basic_stream::expires_at; the write and the
+// read, with the pool's one watchdog timer (see watchdog), not with a timer
+// armed and cancelled per operation.
 //
 // The pool knows no backend's error type: every failure goes to the
 // fail_handler the owner gives, which throws its own (see net_failure).
@@ -112,6 +114,10 @@ struct http_connection {
     std::shared_ptr<connection_count> count;
     boost::beast::flat_buffer buffer;
     bool aborted = false;  // closed under a pending operation (the pool's close(), or its owner's)
+    // The exchange in flight's deadline, for the pool's watchdog (max: none),
+    // and whether the watchdog closed the connection for passing it.
+    tenure::detail::clock::time_point deadline = tenure::detail::clock::time_point::max();
+    bool timed_out = false;
     tenure::detail::clock::time_point idle_since{};  // when it was last given back to the pool
     std::size_t active_slot = 0;  // its place in the pool's active list while in it
 };
@@ -155,6 +161,7 @@ public:
 private:
     using endpoint = net_stream::protocol::endpoint;  // TCP or Unix
     class active_guard;
+    struct watchdog;
 
     [[noreturn]] void fail(boost::system::error_code ec, std::string what, std::string_view reason = {}) const;
     [[noreturn]] void fail_io(boost::system::error_code const& ec, bool aborted, std::string what) const;
@@ -166,6 +173,12 @@ private:
     void give_back(std::unique_ptr<http_connection> c, std::uint64_t generation);
     bool at_limit() const noexcept;
     void wake_one();
+    // The write and read on `c` (in the active list) must end by `deadline`.
+    void watch(http_connection& c, clock::time_point deadline);
+    // The watchdog went off: closes the exchanges past their deadline, and
+    // sets it for the earliest of the others.
+    void on_watchdog();
+    void arm_watchdog(clock::time_point at);
     // (The label is rendered only for a failure: a request that waits for a
     // connection and gets one builds no string.)
     boost::asio::awaitable<std::unique_ptr<http_connection>> obtain(clock::time_point deadline,
@@ -190,6 +203,13 @@ private:
     std::vector<http_connection*> active_;
     std::shared_ptr<connection_count> count_;
     std::deque<std::weak_ptr<tenure::detail::timer>> waiters_;  // requests waiting for a connection
+    // One timer for the deadlines of every exchange in flight, set for the
+    // earliest of them when it was armed. Requests with the same timeout
+    // have deadlines in the order they start, so a request finds it already
+    // set for an earlier time and arms nothing: no timer wait, cancellation,
+    // completion or timerfd_settime per request. Shared with its pending
+    // wait, which holds it weakly.
+    std::shared_ptr<watchdog> watchdog_;
     std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
 };
 
