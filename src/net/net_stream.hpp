@@ -16,6 +16,8 @@
 #include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include <sys/socket.h>
+
 #include <optional>
 #include <utility>
 
@@ -53,6 +55,18 @@ public:
     void expires_at(clock::time_point t) { lowest().expires_after(t - clock::now()); }
     void expires_never() { lowest().expires_never(); }
     void close() { lowest().close(); }
+
+    // Sends what the socket takes at once, without waiting: the bytes sent
+    // (0 under TLS, or when it takes none). A small message on a socket with
+    // room goes out whole in this one syscall, with no write operation and
+    // no completion through the executor (and its extra turn of the event
+    // loop). An error is left for the asynchronous write of the rest, which
+    // meets it again.
+    std::size_t send_now(boost::asio::const_buffer b) noexcept {
+        if (tls_ || !socket().is_open()) return 0;
+        auto const n = ::send(socket().native_handle(), b.data(), b.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        return n > 0 ? static_cast<std::size_t>(n) : 0;
+    }
 
     // The TLS handshake; only when is_tls().
     template <class Token>
