@@ -129,6 +129,7 @@ public:
         p_.active_.push_back(&c_);
     }
     ~active_guard() {
+        if (c_.deadline != clock::time_point::max()) p_.unwatch(c_);
         auto& list = p_.active_;
         list[c_.active_slot] = list.back();
         list[c_.active_slot]->active_slot = c_.active_slot;
@@ -223,8 +224,21 @@ void http_pool::give_back(std::unique_ptr<http_connection> c, std::uint64_t gene
 }
 
 void http_pool::watch(http_connection& c, clock::time_point deadline) {
+    if (c.deadline == clock::time_point::max()) ++watched_;
     c.deadline = deadline;
     if (deadline < watchdog_->armed) arm_watchdog(deadline);
+}
+
+// The last exchange ended: a pending wait would keep the caller's
+// io_context::run() from returning (for up to the longest deadline).
+void http_pool::unwatch(http_connection& c) {
+    c.deadline = clock::time_point::max();
+    if (--watched_ != 0) return;
+    auto& w = *watchdog_;
+    if (w.armed == clock::time_point::max()) return;
+    w.armed = clock::time_point::max();
+    ++w.wait;
+    w.timer.cancel();
 }
 
 void http_pool::arm_watchdog(clock::time_point at) {

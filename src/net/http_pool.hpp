@@ -175,6 +175,8 @@ private:
     void wake_one();
     // The write and read on `c` (in the active list) must end by `deadline`.
     void watch(http_connection& c, clock::time_point deadline);
+    // Its exchange ended; the watchdog stops when no other is in flight.
+    void unwatch(http_connection& c);
     // The watchdog went off: closes the exchanges past their deadline, and
     // sets it for the earliest of the others.
     void on_watchdog();
@@ -207,9 +209,12 @@ private:
     // earliest of them when it was armed. Requests with the same timeout
     // have deadlines in the order they start, so a request finds it already
     // set for an earlier time and arms nothing: no timer wait, cancellation,
-    // completion or timerfd_settime per request. Shared with its pending
-    // wait, which holds it weakly.
+    // completion or timerfd_settime per request while others are in flight.
+    // It stops when the last exchange ends, so that it never keeps the
+    // caller's io_context running. Shared with its pending wait, which
+    // holds it weakly.
     std::shared_ptr<watchdog> watchdog_;
+    std::size_t watched_ = 0;  // exchanges in flight with a deadline
     std::uint64_t generation_ = 0;  // bumped by close(): connections of older generations are not pooled
 };
 

@@ -702,6 +702,35 @@ BOOST_AUTO_TEST_CASE(connection_refused) {
     BOOST_TEST((steady::now() - start) < 5s);
 }
 
+BOOST_AUTO_TEST_CASE(answered_requests_leave_no_pending_work) {
+    // Once its requests are answered the client waits for nothing: the
+    // caller's io_context::run() returns (the deadlines of the requests,
+    // an hour away, are not left pending).
+    asio::io_context ioc{1};
+    fake_server server(ioc);
+    consul::client c(ioc.get_executor(), {.address = server.address(), .request_timeout = std::chrono::hours{1}});
+    int answered = 0;
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        auto s = co_await server.acceptor.async_accept(asio::use_awaitable);
+        server.acceptor.close();
+        asio::streambuf buf;
+        for (int i = 0; i < 3; ++i) {
+            if (!co_await server.read_request(s, buf)) co_return;
+            co_await asio::async_write(s, asio::buffer(fake_server::answer(std::string(self_body))), asio::use_awaitable);
+        }
+    }, asio::detached);
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 3; ++i) {
+            co_await coro(c).agent_self();
+            ++answered;
+        }
+        c.close();  // the idle connection too
+    }, asio::detached);
+    ioc.run_for(std::chrono::minutes{1});
+    BOOST_TEST(answered == 3);
+    BOOST_TEST(ioc.stopped());  // ran out of work, not out of time
+}
+
 BOOST_AUTO_TEST_CASE(request_timeout) {
     // A server that accepts and never answers.
     asio::io_context ioc{1};
