@@ -32,6 +32,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
@@ -677,7 +678,6 @@ std::string const& agent::impl::date() {
 
 asio::awaitable<beast::error_code> agent::impl::write(connection& c, ag::response& res, bool head_only) {
     if (res.find(http::field::date) == res.end()) res.set(http::field::date, date());
-    c.stream.expires_after(write_timeout);
     // The head rendered into one string, written with the body in one
     // gathered write: Beast's serializer walks a concatenation of the status
     // line and every field, which cost more than the rest of the write.
@@ -691,7 +691,15 @@ asio::awaitable<beast::error_code> agent::impl::write(connection& c, ag::respons
     head.append("\r\n");
     std::array<asio::const_buffer, 2> const wire{asio::buffer(head),
                                                  head_only ? asio::const_buffer{} : asio::buffer(res.body())};
-    auto [ec, n] = co_await asio::async_write(c.stream, wire, awaitable_tuple);
+    // Most answers leave in one non-blocking send: no write operation, no
+    // timer, no completion through the executor. What the socket did not
+    // take is written within write_timeout.
+    std::size_t const sent = c.stream.send_now(wire[0], wire[1]);
+    if (sent == asio::buffer_size(wire)) co_return beast::error_code{};
+    beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(wire);
+    rest.consume(sent);
+    c.stream.expires_after(write_timeout);
+    auto [ec, n] = co_await asio::async_write(c.stream, rest, awaitable_tuple);
     co_return ec;
 }
 

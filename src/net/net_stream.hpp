@@ -67,6 +67,16 @@ public:
         auto const n = ::send(socket().native_handle(), b.data(), b.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         return n > 0 ? static_cast<std::size_t>(n) : 0;
     }
+    // The same for two buffers gathered in one sendmsg (a response's head and body).
+    std::size_t send_now(boost::asio::const_buffer a, boost::asio::const_buffer b) noexcept {
+        if (tls_ || !socket().is_open()) return 0;
+        iovec parts[2] = {{const_cast<void*>(a.data()), a.size()}, {const_cast<void*>(b.data()), b.size()}};
+        msghdr m{};
+        m.msg_iov = parts;
+        m.msg_iovlen = 2;
+        auto const n = ::sendmsg(socket().native_handle(), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        return n > 0 ? static_cast<std::size_t>(n) : 0;
+    }
 
     // The TLS handshake; only when is_tls().
     template <class Token>
