@@ -418,15 +418,8 @@ asio::awaitable<http_pool::response> http_pool::round_trip(std::unique_ptr<http_
             if (c->timed_out) fail(asio::error::timed_out, describe(label));
         };
 
-        // Most requests leave in one non-blocking send; the rest, if any,
-        // is written asynchronously.
-        std::size_t const sent = c->stream.send_now(asio::buffer(wire.data(), wire.size()));
-        beast::error_code wec;
-        if (sent < wire.size()) {
-            auto [ec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data() + sent, wire.size() - sent),
-                                                       tuple_awaitable);
-            wec = ec;
-        }
+        auto [wec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data(), wire.size()),
+                                                    tuple_awaitable);
         if (wec) {
             check_deadline();
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);

@@ -56,18 +56,12 @@ public:
     void expires_never() { lowest().expires_never(); }
     void close() { lowest().close(); }
 
-    // Sends what the socket takes at once, without waiting: the bytes sent
-    // (0 under TLS, or when it takes none). A small message on a socket with
+    // Sends what the socket takes at once, without waiting, of two buffers
+    // gathered in one sendmsg (an answer's head and body): the bytes sent (0
+    // under TLS, or when it takes none). A small message on a socket with
     // room goes out whole in this one syscall, with no write operation and
-    // no completion through the executor (and its extra turn of the event
-    // loop). An error is left for the asynchronous write of the rest, which
-    // meets it again.
-    std::size_t send_now(boost::asio::const_buffer b) noexcept {
-        if (tls_ || !socket().is_open()) return 0;
-        auto const n = ::send(socket().native_handle(), b.data(), b.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-        return n > 0 ? static_cast<std::size_t>(n) : 0;
-    }
-    // The same for two buffers gathered in one sendmsg (a response's head and body).
+    // no completion through the executor. An error is left for the
+    // asynchronous write of the rest, which meets it again.
     std::size_t send_now(boost::asio::const_buffer a, boost::asio::const_buffer b) noexcept {
         if (tls_ || !socket().is_open()) return 0;
         iovec parts[2] = {{const_cast<void*>(a.data()), a.size()}, {const_cast<void*>(b.data()), b.size()}};
