@@ -772,6 +772,53 @@ BOOST_AUTO_TEST_CASE(delete_plain_recurse_and_cas) {
     BOOST_TEST(kv_get(http, "e").has_value());
 }
 
+BOOST_AUTO_TEST_CASE(an_answer_larger_than_the_socket_takes_arrives_whole) {
+    // The agent sends what the socket takes at once and writes the rest
+    // asynchronously: about 7 MB of answer (past the largest send buffer,
+    // 4 MiB) to a reader with a 4 KiB receive buffer forces the rest.
+    std::vector<std::string> values;
+    for (int k = 0; k < 10; ++k) {
+        std::string v(524288, '\0');
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>('a' + (i * 7 + i / 4096 + k) % 26);
+        REQUIRE_STATUS(http.put("/v1/kv/wide/" + std::to_string(k), v), 200u);
+        values.push_back(std::move(v));
+    }
+
+    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    BOOST_REQUIRE(fd >= 0);
+    int const small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    timeval const limit{30, 0};  // a hung agent fails the test instead of hanging it
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(agent.port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr const*>(&to), sizeof to) == 0);
+    std::string const req = "GET /v1/kv/wide/?recurse HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    BOOST_REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+    std::string answer;
+    std::vector<char> chunk(65536);
+    for (;;) {
+        auto const n = ::recv(fd, chunk.data(), chunk.size(), 0);
+        if (n <= 0) break;
+        answer.append(chunk.data(), static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    auto const head_end = answer.find("\r\n\r\n");
+    BOOST_REQUIRE(head_end != std::string::npos);
+    BOOST_TEST(answer.rfind("HTTP/1.1 200", 0) == 0u);
+    BOOST_TEST(answer.size() - head_end - 4 > std::size_t{4} << 20);
+    BOOST_TEST(answer.find("Content-Length: " + std::to_string(answer.size() - head_end - 4) + "\r\n") < head_end);
+    auto const entries = json::parse(std::string_view(answer).substr(head_end + 4)).as_array();
+    BOOST_REQUIRE(entries.size() == values.size());
+    for (std::size_t k = 0; k < values.size(); ++k) {
+        auto const& e = entries[k].as_object();
+        BOOST_TEST(e.at("Key").as_string() == "wide/" + std::to_string(k));
+        BOOST_TEST((e.at("Value").as_string() == base64(values[k])), "value " << k);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(value_size_limit) {
     std::string const max_value(524288, 'x');
     auto ok = http.put("/v1/kv/big/ok", max_value);
