@@ -9,8 +9,10 @@
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -568,7 +570,28 @@ asio::awaitable<void> consul_lock_scope::watch_key(std::optional<kv_watch_hub::k
 // session's own when the server does not say).
 asio::awaitable<clock::duration> consul_session::holder_lock_delay(std::string const& holder) {
     if (auto known = holder_delays.find(holder); known != holder_delays.end()) co_return known->second;
+    if (auto asked = delay_lookups.find(holder); asked != delay_lookups.end()) {
+        auto lookup = asked->second;
+        co_await lookup->done.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (!lookup->delay) throw system_error(asio::error::operation_aborted);  // we were cancelled
+        co_return *lookup->delay;
+    }
+    auto lookup = std::make_shared<delay_lookup>(client.get_executor());
+    delay_lookups.emplace(holder, lookup);
+    // However the lookup ends, those waiting for it get an answer: the
+    // session's own LockDelay if it failed.
     clock::duration delay = options.lock_delay;
+    struct settle {
+        consul_session& s;
+        std::string const& holder;
+        delay_lookup& lookup;
+        clock::duration const& delay;
+        ~settle() {
+            lookup.delay = delay;
+            lookup.done.cancel();
+            s.delay_lookups.erase(holder);
+        }
+    } settled{*this, holder, *lookup, delay};
     try {
         auto info = co_await coro(client).session_info_get(holder);
         if (info.value) {

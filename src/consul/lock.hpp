@@ -6,6 +6,9 @@
 #include "consul/candidates.hpp"
 #include "consul/client_access.hpp"
 #include "consul/watch_hub.hpp"
+#include <tenure/detail/clock.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
 
 #include <optional>
 #include <unordered_map>
@@ -135,6 +138,14 @@ struct consul_session final : session_impl {
     // LockDelay of the sessions seen holding keys (a session's LockDelay never
     // changes): 10 000 followers of one holder ask once, not 10 000 times.
     std::unordered_map<std::string, clock::duration> holder_delays;
+    // A lookup in flight, shared by the followers that ask meanwhile (all of
+    // 10 000 that start at once would otherwise ask before the first answer).
+    struct delay_lookup {
+        explicit delay_lookup(boost::asio::any_io_executor const& ex) : done(ex, clock::time_point::max()) {}
+        tenure::detail::timer done;  // cancelled when `delay` is in
+        std::optional<clock::duration> delay;
+    };
+    std::unordered_map<std::string, std::shared_ptr<delay_lookup>> delay_lookups;
     // Where this session's last clean release left each key (its
     // ModifyIndex): with election_options::quick_retake the next acquire of
     // the key tries a check-index + lock transaction at once instead of

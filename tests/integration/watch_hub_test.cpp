@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include "agent_process.hpp"
+#include "http_client.hpp"
 #include "run_on.hpp"
 
 #include "consul/watch_hub.hpp"
@@ -421,6 +422,57 @@ BOOST_AUTO_TEST_CASE(elections_share_one_query_per_prefix) {
         co_await sa.close();
         UNTIL(b_led == n);
         co_await sb.close();
+    });
+}
+
+// 100 followers that start at once and find their keys held by one session
+// learn its LockDelay with one read of that session: those that ask while
+// the read is in flight wait for its answer (they used to send one each).
+BOOST_AUTO_TEST_CASE(followers_of_one_holder_read_its_session_once) {
+    tenure::itest::http_client http("127.0.0.1", agent.port());
+    auto session_reads = [&] {
+        auto const text = http.get("/v1/agent/metrics?format=prometheus").body;
+        std::string const sample = "tenure_http_requests_total{method=\"GET\",endpoint=\"session\",code=\"200\"} ";
+        auto const at = text.find(sample);
+        return at == std::string::npos ? 0.0 : std::stod(text.substr(at + sample.size()));
+    };
+    run([&]() -> asio::awaitable<void> {
+        auto ca = make_client();
+        auto cb = make_client(4);
+        auto sa = co_await tenure::session::create(*ca, opts("holder"));
+        auto sb = co_await tenure::session::create(*cb, opts("followers"));
+        constexpr int n = 100;
+        tenure::election_options eo;
+        eo.shared_watch = "one-holder/";
+        std::vector<tenure::leadership_scope> a_scopes(n);
+        for (int i = 0; i < n; ++i) {
+            tenure::election e(sa, "one-holder/job" + std::to_string(i), "a", eo);
+            a_scopes[i] = co_await e.acquire();
+            BOOST_REQUIRE(a_scopes[i].held());
+        }
+        double const before = session_reads();
+        std::vector<std::unique_ptr<tenure::election>> b_elections;
+        for (int i = 0; i < n; ++i) {
+            b_elections.push_back(
+                std::make_unique<tenure::election>(sb, "one-holder/job" + std::to_string(i), "b", eo));
+            asio::co_spawn(io, b_elections[i]->acquire(asio::use_awaitable), asio::detached);
+        }
+        // Registered (in the shared watch's snapshot) and parked on it: each
+        // has asked the holder's LockDelay by then. (Waiters alone are not
+        // enough: a follower's first read waits on the hub too.)
+        auto hub_b = kv_watch_hub::get(*cb, "one-holder/");
+        auto const parked = [&] {
+            if (hub_b->waiters() != n) return false;
+            for (int i = 0; i < n; ++i) {
+                auto entry = hub_b->current("one-holder/job" + std::to_string(i) + ".candidates/" + sb.id());
+                if (!entry || !entry->pair) return false;
+            }
+            return true;
+        };
+        UNTIL(parked());
+        BOOST_CHECK_EQUAL(session_reads() - before, 1.0);
+        co_await sb.close();
+        co_await sa.close();
     });
 }
 
