@@ -150,6 +150,16 @@ struct http_pool::watchdog {
     std::uint64_t wait = 0;  // the current wait's number: a superseded one's completion is ignored
 };
 
+// A request waiting for a connection: woken with one handed over (given
+// back), or with room for a new one (one closed).
+struct http_pool::waiter {
+    waiter(asio::any_io_executor const& ex, clock::time_point deadline) : timer(ex, deadline) {}
+    tenure::detail::timer timer;
+    std::unique_ptr<http_connection> handed;
+    std::uint64_t handed_generation = 0;  // the pool's generation when it was handed over
+    bool room = false;                    // woken because a connection closed
+};
+
 http_pool::http_pool(asio::any_io_executor ex, http_pool_options opts, fail_handler on_fail)
     : ex_(std::move(ex)), opts_(std::move(opts)), on_fail_(std::move(on_fail)),
       count_(std::make_shared<connection_count>()), watchdog_(std::make_shared<watchdog>(ex_)) {
@@ -217,10 +227,17 @@ std::unique_ptr<http_connection> http_pool::take_idle() {
 
 void http_pool::give_back(std::unique_ptr<http_connection> c, std::uint64_t generation) {
     if (generation != generation_ || c->aborted || c->timed_out || c->buffer.size() != 0) return;
-    if (idle_.size() >= opts_.max_idle) return;
     c->idle_since = clock::now();
+    // Straight to the longest waiter: parked among the idle ones, it would
+    // go to whichever request asked next, ahead of the waiter woken for it.
+    if (auto w = next_waiter()) {
+        w->handed = std::move(c);
+        w->handed_generation = generation_;
+        w->timer.cancel();
+        return;
+    }
+    if (idle_.size() >= opts_.max_idle) return;
     idle_.push_back(std::move(c));
-    wake_one();
 }
 
 void http_pool::watch(http_connection& c, clock::time_point deadline) {
@@ -274,33 +291,60 @@ bool http_pool::at_limit() const noexcept {
     return opts_.max_connections != 0 && count_->open >= opts_.max_connections;
 }
 
-// A connection came free (given back or closed): the longest waiter retries.
-void http_pool::wake_one() {
+std::shared_ptr<http_pool::waiter> http_pool::next_waiter() {
     while (!waiters_.empty()) {
         auto w = waiters_.front().lock();
         waiters_.pop_front();
-        if (w) {
-            w->cancel();
-            return;
-        }
+        if (w) return w;
+    }
+    return nullptr;
+}
+
+bool http_pool::others_waiting() {
+    while (!waiters_.empty() && waiters_.front().expired()) waiters_.pop_front();
+    return !waiters_.empty();
+}
+
+void http_pool::wake_one() {
+    if (auto w = next_waiter()) {
+        w->room = true;
+        w->timer.cancel();
     }
 }
 
 // Waits for an idle connection or room for a new one, within `deadline`;
-// null: the caller connects a new one.
+// null: the caller connects a new one. While others wait, a request queues
+// behind them even if a connection is idle or there is room: that
+// connection, or that room, is already theirs.
 asio::awaitable<std::unique_ptr<http_connection>> http_pool::obtain(clock::time_point deadline,
-                                                                    request_label label) {
+                                                                    std::uint64_t generation, request_label label) {
+    bool front = false;  // back in the queue after its room was taken: it keeps its place
     for (;;) {
-        if (auto c = take_idle()) co_return c;
-        if (!at_limit()) co_return nullptr;
-        auto timer = std::make_shared<tenure::detail::timer>(ex_, deadline);
-        waiters_.push_back(timer);
-        auto [ec] = co_await timer->async_wait(tuple_awaitable);
-        if (!ec) fail(asio::error::timed_out, describe(label) + ": no free connection (max_connections)");
-        if (cancelled(co_await asio::this_coro::cancellation_state)) {
-            wake_one();  // pass on a wake-up we may have consumed
-            fail(asio::error::operation_aborted, describe(label));
+        if (front || !others_waiting()) {
+            if (auto c = take_idle()) co_return c;
+            if (!at_limit()) co_return nullptr;
         }
+        auto w = std::make_shared<waiter>(ex_, deadline);
+        if (front) waiters_.push_front(w);
+        else waiters_.push_back(w);
+        auto [ec] = co_await w->timer.async_wait(tuple_awaitable);
+        auto handed = std::move(w->handed);
+        // close() since the exchange began aborts it, as it does those in flight.
+        bool const aborted = generation != generation_ || cancelled(co_await asio::this_coro::cancellation_state);
+        // Woken (give_back or wake_one cancelled the wait) and still wanted.
+        if (ec && !aborted) {
+            if (handed) co_return handed;
+            if (w->room) {
+                if (!at_limit()) co_return nullptr;
+                front = true;  // the room went to a connection of the caller's own (connect())
+                continue;
+            }
+        }
+        // Past the deadline, or abandoned: what it was given goes on to the next.
+        if (handed) give_back(std::move(handed), w->handed_generation);
+        else if (w->room) wake_one();
+        if (ec) fail(asio::error::operation_aborted, describe(label));
+        fail(asio::error::timed_out, describe(label) + ": no free connection (max_connections)");
     }
 }
 
@@ -374,9 +418,12 @@ asio::awaitable<http_pool::response> http_pool::exchange(std::string wire, clock
     // An idle connection, the usual case, is taken without awaiting
     // obtain() (no coroutine frame). (Two statements: g++ 12 mishandles a
     // co_await inside ?: .)
-    std::unique_ptr<http_connection> c = take_idle();
-    if (!c && at_limit()) {
-        auto pooled = co_await obtain(deadline, label);
+    // While others wait, it queues behind them (obtain()).
+    std::unique_ptr<http_connection> c;
+    bool const queue = others_waiting();
+    if (!queue) c = take_idle();
+    if (!c && (queue || at_limit())) {
+        auto pooled = co_await obtain(deadline, generation, label);
         c = std::move(pooled);
     }
     // The write and the read run in a frame of their own, made once a

@@ -10,7 +10,10 @@
 // Any error, timeout or cancellation closes the connection. With
 // max_connections set, a request that finds every connection busy waits for
 // one to be given back or closed (first come, first served) within its
-// deadline. Resolve, connect, handshake, write and read share one deadline.
+// deadline. A connection given back while requests wait goes straight to the
+// longest waiter, and a request that comes along while others wait queues
+// behind them: nobody is overtaken. Resolve, connect, handshake, write and
+// read share one deadline.
 // Connecting enforces it with basic_stream::expires_at; the write and the
 // read, with the pool's one watchdog timer (see watchdog), not with a timer
 // armed and cancelled per operation.
@@ -162,6 +165,7 @@ private:
     using endpoint = net_stream::protocol::endpoint;  // TCP or Unix
     class active_guard;
     struct watchdog;
+    struct waiter;
 
     [[noreturn]] void fail(boost::system::error_code ec, std::string what, std::string_view reason = {}) const;
     [[noreturn]] void fail_io(boost::system::error_code const& ec, bool aborted, std::string what) const;
@@ -172,6 +176,12 @@ private:
     std::unique_ptr<http_connection> take_idle();
     void give_back(std::unique_ptr<http_connection> c, std::uint64_t generation);
     bool at_limit() const noexcept;
+    // The longest-waiting request still waiting (its wait not abandoned), out
+    // of the queue; null when none.
+    std::shared_ptr<waiter> next_waiter();
+    // Whether any request still waits (forgets abandoned waits at the front).
+    bool others_waiting();
+    // A connection closed: the longest waiter may open one in its place.
     void wake_one();
     // The write and read on `c` (in the active list) must end by `deadline`.
     void watch(http_connection& c, clock::time_point deadline);
@@ -183,8 +193,9 @@ private:
     void arm_watchdog(clock::time_point at);
     // (The label is rendered only for a failure: a request that waits for a
     // connection and gets one builds no string.)
+    // `generation`: the pool's when the exchange began (close() since aborts it).
     boost::asio::awaitable<std::unique_ptr<http_connection>> obtain(clock::time_point deadline,
-                                                                    request_label label);
+                                                                    std::uint64_t generation, request_label label);
     boost::asio::awaitable<std::vector<endpoint>> resolve(clock::time_point deadline, std::string const& what);
     boost::asio::awaitable<std::unique_ptr<http_connection>> open(clock::time_point deadline,
                                                                   std::string const& what, bool tracked);
@@ -204,7 +215,9 @@ private:
     // in it (swap-remove): no allocation per request once it has grown.
     std::vector<http_connection*> active_;
     std::shared_ptr<connection_count> count_;
-    std::deque<std::weak_ptr<tenure::detail::timer>> waiters_;  // requests waiting for a connection
+    // Requests waiting for a connection, longest first. A waiter that gives
+    // up (deadline, cancellation) leaves its entry to expire.
+    std::deque<std::weak_ptr<waiter>> waiters_;
     // One timer for the deadlines of every exchange in flight, set for the
     // earliest of them when it was armed. Requests with the same timeout
     // have deadlines in the order they start, so a request finds it already

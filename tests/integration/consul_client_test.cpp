@@ -919,6 +919,50 @@ BOOST_AUTO_TEST_CASE(keep_alive_pool) {
     agent.reset();
 }
 
+BOOST_AUTO_TEST_CASE(a_waiting_request_is_not_overtaken) {
+    // One connection (max_connections 1). X's first write is in flight when
+    // Y asks and waits; X asks again the moment its answer is in. The
+    // connection X gives back is Y's: X's second write comes after Y's.
+    // (Left among the idle ones, it went to X, which asked before the woken
+    // Y ran, and Y queued again at the back.)
+    asio::io_context ioc{1};
+    auto agent = std::make_unique<tenure::agent>(
+        ioc.get_executor(), tenure::agent_options{.http_addr = "127.0.0.1:0", .log_stream = nullptr});
+    agent->start();
+    auto c = std::make_unique<consul::client>(
+        ioc.get_executor(), consul::client_config{.address = agent->http_address(), .max_connections = 1});
+    int done = 0;
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        BOOST_TEST(co_await c->kv_put("fifo/x1", "1"));
+        BOOST_TEST(co_await c->kv_put("fifo/x2", "2"));
+        ++done;
+    }, asio::detached);
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        BOOST_TEST(co_await c->kv_put("fifo/y", "y"));
+        ++done;
+    }, asio::detached);
+    bool checked = false;
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        while (done != 2) co_await pause(1ms);
+        auto index = [&](std::string key) -> asio::awaitable<std::uint64_t> {
+            auto r = co_await c->kv_get(key, {}, asio::use_awaitable);
+            co_return r.value ? r.value->modify_index : 0;
+        };
+        auto const x1 = co_await index("fifo/x1");
+        auto const y = co_await index("fifo/y");
+        auto const x2 = co_await index("fifo/x2");
+        BOOST_TEST(x1 != 0u);
+        BOOST_TEST(x1 < y);
+        BOOST_TEST(y < x2);
+        checked = true;
+        ioc.stop();
+    }, asio::detached);
+    ioc.run_for(30s);
+    BOOST_TEST(checked);
+    c.reset();
+    agent.reset();
+}
+
 BOOST_AUTO_TEST_CASE(addresses) {
     asio::io_context ioc{1};
     BOOST_CHECK_NO_THROW(consul::client(ioc.get_executor(), {.address = "127.0.0.1:8500"}));
