@@ -465,8 +465,17 @@ asio::awaitable<http_pool::response> http_pool::round_trip(std::unique_ptr<http_
             if (c->timed_out) fail(asio::error::timed_out, describe(label));
         };
 
-        auto [wec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data(), wire.size()),
-                                                    tuple_awaitable);
+        // A request leaves in one non-blocking send when the socket takes it
+        // whole, with no write operation and no completion through the
+        // executor; the rest, if any (and all of it under TLS), is written
+        // asynchronously, and meets any error of the first send again.
+        std::size_t const sent = c->stream.send_now(asio::buffer(wire.data(), wire.size()), {});
+        beast::error_code wec;
+        if (sent < wire.size()) {
+            auto [ec, wn] = co_await asio::async_write(c->stream, asio::buffer(wire.data() + sent, wire.size() - sent),
+                                                       tuple_awaitable);
+            wec = ec;
+        }
         if (wec) {
             check_deadline();
             bool const aborted = c->aborted || cancelled(co_await asio::this_coro::cancellation_state);

@@ -57,6 +57,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace asio = boost::asio;
 namespace consul = tenure::consul;
 using namespace std::chrono_literals;
@@ -959,6 +961,35 @@ BOOST_AUTO_TEST_CASE(a_waiting_request_is_not_overtaken) {
     }, asio::detached);
     ioc.run_for(30s);
     BOOST_TEST(checked);
+    c.reset();
+    agent.reset();
+}
+
+BOOST_AUTO_TEST_CASE(a_request_larger_than_the_socket_takes_is_sent_whole) {
+    // The agent shares the client's thread, so it reads nothing while the
+    // client sends: a 400 KB request is more than a Unix socket takes at
+    // once (about 200 KB), and what the first send leaves must still be
+    // written. (Loopback TCP takes it whole.)
+    asio::io_context ioc{1};
+    auto const path = "/tmp/tenure-itest-big-" + std::to_string(::getpid()) + ".sock";
+    auto agent = std::make_unique<tenure::agent>(
+        ioc.get_executor(), tenure::agent_options{.http_addr = "unix://" + path, .log_stream = nullptr});
+    agent->start();
+    auto c = std::make_unique<consul::client>(
+        ioc.get_executor(), consul::client_config{.address = agent->http_address(), .request_timeout = 10'000ms});
+    std::string big(400 * 1024, 'v');
+    for (std::size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>('a' + (i / 4096) % 26);
+    bool ok = false;
+    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+        BOOST_TEST(co_await c->kv_put("big/k", big));
+        auto r = co_await c->kv_get("big/k", {}, asio::use_awaitable);
+        BOOST_REQUIRE(r.value);
+        BOOST_TEST((r.value->value == big));
+        ok = true;
+        ioc.stop();
+    }, asio::detached);
+    ioc.run_for(30s);
+    BOOST_TEST(ok);
     c.reset();
     agent.reset();
 }
