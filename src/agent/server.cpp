@@ -913,14 +913,25 @@ asio::awaitable<bool> agent::impl::serve_request(connection& c, beast::flat_buff
     // ---- body ----
     http::request_parser<http::string_body> p{std::move(hp)};
     p.body_limit(api.max_body_size());
-    if (!p.is_done()) {
+    // A small body came with the header, in the same read: it is parsed from
+    // the buffer here, without a read operation, its timer and its
+    // completion through the executor. What is still missing is read.
+    beast::error_code bec;
+    while (!p.is_done() && buf.size() != 0) {
+        auto const used = p.put(buf.data(), bec);
+        buf.consume(used);
+        if (bec == http::error::need_more) bec = {};
+        if (bec || used == 0) break;
+    }
+    if (!bec && !p.is_done()) {
         c.stream.expires_after(body_timeout);
-        auto [bec, bn] = co_await http::async_read(c.stream, buf, p, awaitable_tuple);
+        auto [rec, rn] = co_await http::async_read(c.stream, buf, p, awaitable_tuple);
         if (stopping) co_return false;
-        if (bec) {
-            if (auto st = client_error_status(bec)) co_await reject(c, *st, bec.message());
-            co_return false;
-        }
+        bec = rec;
+    }
+    if (bec) {
+        if (auto st = client_error_status(bec)) co_await reject(c, *st, bec.message());
+        co_return false;
     }
     ag::request req = p.release();
 

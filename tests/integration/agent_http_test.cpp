@@ -819,6 +819,40 @@ BOOST_AUTO_TEST_CASE(an_answer_larger_than_the_socket_takes_arrives_whole) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(a_body_that_comes_after_its_header_is_read_whole) {
+    // The agent parses a body that came with its header from the buffer,
+    // and reads what is still missing: here the header and the body's first
+    // bytes come in one write, the rest in a second one after a pause.
+    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    BOOST_REQUIRE(fd >= 0);
+    timeval const limit{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(agent.port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr const*>(&to), sizeof to) == 0);
+    std::string const first =
+        "PUT /v1/kv/late HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello";
+    BOOST_REQUIRE(::send(fd, first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size()));
+    std::this_thread::sleep_for(100ms);  // the scenario itself: the agent has the first part alone
+    std::string const rest = " world";
+    BOOST_REQUIRE(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(rest.size()));
+    std::string answer;
+    char chunk[4096];
+    for (;;) {
+        auto const n = ::recv(fd, chunk, sizeof chunk, 0);
+        if (n <= 0) break;
+        answer.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    BOOST_TEST(answer.rfind("HTTP/1.1 200", 0) == 0u, answer);
+    BOOST_TEST(answer.ends_with("true"), answer);
+    auto raw = http.get("/v1/kv/late?raw");
+    REQUIRE_STATUS(raw, 200u);
+    BOOST_TEST(raw.body == "hello world");
+}
+
 BOOST_AUTO_TEST_CASE(value_size_limit) {
     std::string const max_value(524288, 'x');
     auto ok = http.put("/v1/kv/big/ok", max_value);
