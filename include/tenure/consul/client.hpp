@@ -70,7 +70,8 @@ struct client_config {
     /// Idle keep-alive connections kept per client.
     std::size_t max_idle_connections = 16;
     /// Connections open at once, idle or in flight; 0: no limit. At the limit
-    /// a request waits for a connection to come free (within its deadline), so
+    /// a request waits for a connection to come free (within its deadline;
+    /// waiters are served in the order they asked), so
     /// a cap must leave room beside long blocking queries: share them through
     /// election_options::shared_watch (one blocking query per prefix).
     std::size_t max_connections = 0;
