@@ -176,6 +176,49 @@ std::optional<json::object> kv_get(http_client& c, std::string const& key) {
     return as_object(a[0]);
 }
 
+void connect_loopback(int fd, std::uint16_t port) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr const*>(&to), sizeof to) == 0);
+}
+
+// A blocking loopback TCP connection to the agent, for tests that need
+// control over how the bytes are split or how fast they are read. A hung
+// agent fails the test after 30 s instead of hanging it.
+class raw_socket {
+public:
+    explicit raw_socket(std::uint16_t port, int receive_buffer = 0) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+        BOOST_REQUIRE(fd_ >= 0);
+        if (receive_buffer > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+        timeval const limit{30, 0};
+        ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+        connect_loopback(fd_, port);
+    }
+    ~raw_socket() { ::close(fd_); }
+    raw_socket(raw_socket const&) = delete;
+    raw_socket& operator=(raw_socket const&) = delete;
+
+    void send(std::string_view bytes) {
+        BOOST_REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+    }
+
+    // Everything until the agent closes the connection.
+    std::string read_to_end() {
+        std::string out;
+        std::vector<char> chunk(65536);
+        for (;;) {
+            auto const n = ::recv(fd_, chunk.data(), chunk.size(), 0);
+            if (n <= 0) return out;
+            out.append(chunk.data(), static_cast<std::size_t>(n));
+        }
+    }
+
+private:
+    int fd_;
+};
+
 // A plain TCP connection whose reads report when the kernel received the
 // data (SO_TIMESTAMPNS): the order two answers arrived in, on two sockets.
 class stamped_socket {
@@ -191,11 +234,7 @@ public:
         BOOST_REQUIRE(::setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0);
         await_stamping();
         ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        BOOST_REQUIRE(::connect(fd_, reinterpret_cast<sockaddr const*>(&a), sizeof a) == 0);
+        connect_loopback(fd_, port);
     }
     ~stamped_socket() { ::close(fd_); }
     stamped_socket(stamped_socket const&) = delete;
@@ -784,27 +823,9 @@ BOOST_AUTO_TEST_CASE(an_answer_larger_than_the_socket_takes_arrives_whole) {
         values.push_back(std::move(v));
     }
 
-    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    BOOST_REQUIRE(fd >= 0);
-    int const small = 4096;
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    timeval const limit{30, 0};  // a hung agent fails the test instead of hanging it
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(agent.port());
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr const*>(&to), sizeof to) == 0);
-    std::string const req = "GET /v1/kv/wide/?recurse HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    BOOST_REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
-    std::string answer;
-    std::vector<char> chunk(65536);
-    for (;;) {
-        auto const n = ::recv(fd, chunk.data(), chunk.size(), 0);
-        if (n <= 0) break;
-        answer.append(chunk.data(), static_cast<std::size_t>(n));
-    }
-    ::close(fd);
+    raw_socket sock(agent.port(), 4096);  // a small receive buffer: the agent's writes fill it
+    sock.send("GET /v1/kv/wide/?recurse HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    std::string const answer = sock.read_to_end();
     auto const head_end = answer.find("\r\n\r\n");
     BOOST_REQUIRE(head_end != std::string::npos);
     BOOST_TEST(answer.rfind("HTTP/1.1 200", 0) == 0u);
@@ -823,29 +844,11 @@ BOOST_AUTO_TEST_CASE(a_body_that_comes_after_its_header_is_read_whole) {
     // The agent parses a body that came with its header from the buffer,
     // and reads what is still missing: here the header and the body's first
     // bytes come in one write, the rest in a second one after a pause.
-    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    BOOST_REQUIRE(fd >= 0);
-    timeval const limit{30, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(agent.port());
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr const*>(&to), sizeof to) == 0);
-    std::string const first =
-        "PUT /v1/kv/late HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello";
-    BOOST_REQUIRE(::send(fd, first.data(), first.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(first.size()));
+    raw_socket sock(agent.port());
+    sock.send("PUT /v1/kv/late HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello");
     std::this_thread::sleep_for(100ms);  // the scenario itself: the agent has the first part alone
-    std::string const rest = " world";
-    BOOST_REQUIRE(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(rest.size()));
-    std::string answer;
-    char chunk[4096];
-    for (;;) {
-        auto const n = ::recv(fd, chunk, sizeof chunk, 0);
-        if (n <= 0) break;
-        answer.append(chunk, static_cast<std::size_t>(n));
-    }
-    ::close(fd);
+    sock.send(" world");
+    std::string const answer = sock.read_to_end();
     BOOST_TEST(answer.rfind("HTTP/1.1 200", 0) == 0u, answer);
     BOOST_TEST(answer.ends_with("true"), answer);
     auto raw = http.get("/v1/kv/late?raw");

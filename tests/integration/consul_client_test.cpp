@@ -882,43 +882,64 @@ BOOST_AUTO_TEST_CASE(closed_idle_connection_is_not_reused) {
     BOOST_TEST(server.requests == 2);
 }
 
+// An embedded agent and a client of it on one io_context, for the tests
+// that look at what the agent sees of the client's connections. The client
+// goes first.
+struct agent_and_client {
+    explicit agent_and_client(consul::client_config config, std::string http_addr = "127.0.0.1:0")
+        : agent(std::make_unique<tenure::agent>(
+              ioc.get_executor(), tenure::agent_options{.http_addr = std::move(http_addr), .log_stream = nullptr})) {
+        agent->start();
+        config.address = agent->http_address();
+        client = std::make_unique<consul::client>(ioc.get_executor(), std::move(config));
+    }
+    ~agent_and_client() {
+        client.reset();
+        agent.reset();
+    }
+    // Runs the io_context until `body` returns (true) or 30 s pass (false).
+    bool run(std::function<asio::awaitable<void>()> body) {
+        bool finished = false;
+        asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+            co_await body();
+            finished = true;
+            ioc.stop();
+        }, asio::detached);
+        ioc.run_for(std::chrono::seconds(30));
+        return finished;
+    }
+
+    asio::io_context ioc{1};
+    std::unique_ptr<tenure::agent> agent;
+    std::unique_ptr<consul::client> client;
+};
+
 BOOST_AUTO_TEST_CASE(keep_alive_pool) {
     // The embedded agent's HTTP server counts our connections.
-    asio::io_context ioc{1};
-    auto agent = std::make_unique<tenure::agent>(
-        ioc.get_executor(), tenure::agent_options{.http_addr = "127.0.0.1:0", .log_stream = nullptr});
-    agent->start();
-    auto c = std::make_unique<consul::client>(ioc.get_executor(),
-                                              consul::client_config{.address = agent->http_address(),
-                                                                    .max_idle_connections = 2});
-    bool ok = false;
-    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < 10; ++i) BOOST_TEST(co_await c->kv_put("pool/k", std::to_string(i)));
-        BOOST_TEST(agent->connection_count() == 1u);  // one connection, reused
+    agent_and_client t({.max_idle_connections = 2});
+    auto& agent = *t.agent;
+    auto& c = *t.client;
+    BOOST_TEST(t.run([&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 10; ++i) BOOST_TEST(co_await c.kv_put("pool/k", std::to_string(i)));
+        BOOST_TEST(agent.connection_count() == 1u);  // one connection, reused
 
         // Three at once need three connections; two of them stay pooled.
-        auto get = [&] { return c->kv_get("pool/k", {}, asio::use_awaitable); };
+        auto get = [&] { return c.kv_get("pool/k", {}, asio::use_awaitable); };
         auto [a, b, d] = co_await (get() && get() && get());
         BOOST_TEST(val(a.value->value) == "9");
         BOOST_TEST(val(b.value->value) == "9");
         BOOST_TEST(val(d.value->value) == "9");
         // The third is closed by the client (the pool keeps two); the server
         // notices on its next read.
-        for (int i = 0; i < 1000 && agent->connection_count() != 2u; ++i) co_await pause(1ms);
-        BOOST_TEST(agent->connection_count() == 2u);
-        for (int i = 0; i < 5; ++i) BOOST_TEST(co_await c->kv_put("pool/k", "again"));
-        BOOST_TEST(agent->connection_count() == 2u);
+        for (int i = 0; i < 1000 && agent.connection_count() != 2u; ++i) co_await pause(1ms);
+        BOOST_TEST(agent.connection_count() == 2u);
+        for (int i = 0; i < 5; ++i) BOOST_TEST(co_await c.kv_put("pool/k", "again"));
+        BOOST_TEST(agent.connection_count() == 2u);
 
-        c->close();  // closes the idle connections
-        for (int i = 0; i < 1000 && agent->connection_count() != 0u; ++i) co_await pause(1ms);
-        BOOST_TEST(agent->connection_count() == 0u);
-        ok = true;
-        ioc.stop();
-    }, asio::detached);
-    ioc.run_for(30s);
-    BOOST_TEST(ok);
-    c.reset();
-    agent.reset();
+        c.close();  // closes the idle connections
+        for (int i = 0; i < 1000 && agent.connection_count() != 0u; ++i) co_await pause(1ms);
+        BOOST_TEST(agent.connection_count() == 0u);
+    }));
 }
 
 BOOST_AUTO_TEST_CASE(a_waiting_request_is_not_overtaken) {
@@ -927,27 +948,22 @@ BOOST_AUTO_TEST_CASE(a_waiting_request_is_not_overtaken) {
     // connection X gives back is Y's: X's second write comes after Y's.
     // (Left among the idle ones, it went to X, which asked before the woken
     // Y ran, and Y queued again at the back.)
-    asio::io_context ioc{1};
-    auto agent = std::make_unique<tenure::agent>(
-        ioc.get_executor(), tenure::agent_options{.http_addr = "127.0.0.1:0", .log_stream = nullptr});
-    agent->start();
-    auto c = std::make_unique<consul::client>(
-        ioc.get_executor(), consul::client_config{.address = agent->http_address(), .max_connections = 1});
+    agent_and_client t({.max_connections = 1});
+    auto& c = *t.client;
     int done = 0;
-    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
-        BOOST_TEST(co_await c->kv_put("fifo/x1", "1"));
-        BOOST_TEST(co_await c->kv_put("fifo/x2", "2"));
+    asio::co_spawn(t.ioc, [&]() -> asio::awaitable<void> {
+        BOOST_TEST(co_await c.kv_put("fifo/x1", "1"));
+        BOOST_TEST(co_await c.kv_put("fifo/x2", "2"));
         ++done;
     }, asio::detached);
-    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
-        BOOST_TEST(co_await c->kv_put("fifo/y", "y"));
+    asio::co_spawn(t.ioc, [&]() -> asio::awaitable<void> {
+        BOOST_TEST(co_await c.kv_put("fifo/y", "y"));
         ++done;
     }, asio::detached);
-    bool checked = false;
-    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
+    BOOST_TEST(t.run([&]() -> asio::awaitable<void> {
         while (done != 2) co_await pause(1ms);
         auto index = [&](std::string key) -> asio::awaitable<std::uint64_t> {
-            auto r = co_await c->kv_get(key, {}, asio::use_awaitable);
+            auto r = co_await c.kv_get(key, {}, asio::use_awaitable);
             co_return r.value ? r.value->modify_index : 0;
         };
         auto const x1 = co_await index("fifo/x1");
@@ -956,13 +972,7 @@ BOOST_AUTO_TEST_CASE(a_waiting_request_is_not_overtaken) {
         BOOST_TEST(x1 != 0u);
         BOOST_TEST(x1 < y);
         BOOST_TEST(y < x2);
-        checked = true;
-        ioc.stop();
-    }, asio::detached);
-    ioc.run_for(30s);
-    BOOST_TEST(checked);
-    c.reset();
-    agent.reset();
+    }));
 }
 
 BOOST_AUTO_TEST_CASE(a_request_larger_than_the_socket_takes_is_sent_whole) {
@@ -970,28 +980,17 @@ BOOST_AUTO_TEST_CASE(a_request_larger_than_the_socket_takes_is_sent_whole) {
     // client sends: a 400 KB request is more than a Unix socket takes at
     // once (about 200 KB), and what the first send leaves must still be
     // written. (Loopback TCP takes it whole.)
-    asio::io_context ioc{1};
     auto const path = "/tmp/tenure-itest-big-" + std::to_string(::getpid()) + ".sock";
-    auto agent = std::make_unique<tenure::agent>(
-        ioc.get_executor(), tenure::agent_options{.http_addr = "unix://" + path, .log_stream = nullptr});
-    agent->start();
-    auto c = std::make_unique<consul::client>(
-        ioc.get_executor(), consul::client_config{.address = agent->http_address(), .request_timeout = 10'000ms});
+    agent_and_client t({.request_timeout = 10'000ms}, "unix://" + path);
+    auto& c = *t.client;
     std::string big(400 * 1024, 'v');
     for (std::size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>('a' + (i / 4096) % 26);
-    bool ok = false;
-    asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
-        BOOST_TEST(co_await c->kv_put("big/k", big));
-        auto r = co_await c->kv_get("big/k", {}, asio::use_awaitable);
+    BOOST_TEST(t.run([&]() -> asio::awaitable<void> {
+        BOOST_TEST(co_await c.kv_put("big/k", big));
+        auto r = co_await c.kv_get("big/k", {}, asio::use_awaitable);
         BOOST_REQUIRE(r.value);
         BOOST_TEST((r.value->value == big));
-        ok = true;
-        ioc.stop();
-    }, asio::detached);
-    ioc.run_for(30s);
-    BOOST_TEST(ok);
-    c.reset();
-    agent.reset();
+    }));
 }
 
 BOOST_AUTO_TEST_CASE(addresses) {

@@ -76,6 +76,21 @@ asio::awaitable<void> until(std::function<bool()> const& pred) {
     }
 }
 
+// `session` leads `<prefix>job0` .. `<prefix>job<n-1>`, one after another,
+// each on the prefix's shared watch.
+asio::awaitable<std::vector<tenure::leadership_scope>> lead_each(tenure::session& session, std::string prefix,
+                                                                 int n, std::string name) {
+    tenure::election_options eo;
+    eo.shared_watch = prefix;
+    std::vector<tenure::leadership_scope> scopes(n);
+    for (int i = 0; i < n; ++i) {
+        tenure::election e(session, prefix + "job" + std::to_string(i), name, eo);
+        scopes[i] = co_await e.acquire();
+        BOOST_REQUIRE(scopes[i].held());
+    }
+    co_return scopes;
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(watch_hub, hub_fixture)
@@ -377,12 +392,8 @@ BOOST_AUTO_TEST_CASE(elections_share_one_query_per_prefix) {
         constexpr int n = 30;
         tenure::election_options eo;
         eo.shared_watch = "many/";
-        std::vector<tenure::leadership_scope> a_scopes(n), b_scopes(n);
-        for (int i = 0; i < n; ++i) {
-            tenure::election e(sa, "many/job" + std::to_string(i), "a", eo);
-            a_scopes[i] = co_await e.acquire();
-            BOOST_REQUIRE(a_scopes[i].held());
-        }
+        auto a_scopes = co_await lead_each(sa, "many/", n, "a");
+        std::vector<tenure::leadership_scope> b_scopes(n);
         int b_led = 0;
         std::vector<std::unique_ptr<tenure::election>> b_elections;
         for (int i = 0; i < n; ++i) {
@@ -444,12 +455,7 @@ BOOST_AUTO_TEST_CASE(followers_of_one_holder_read_its_session_once) {
         constexpr int n = 100;
         tenure::election_options eo;
         eo.shared_watch = "one-holder/";
-        std::vector<tenure::leadership_scope> a_scopes(n);
-        for (int i = 0; i < n; ++i) {
-            tenure::election e(sa, "one-holder/job" + std::to_string(i), "a", eo);
-            a_scopes[i] = co_await e.acquire();
-            BOOST_REQUIRE(a_scopes[i].held());
-        }
+        auto const a_scopes = co_await lead_each(sa, "one-holder/", n, "a");
         double const before = session_reads();
         std::vector<std::unique_ptr<tenure::election>> b_elections;
         for (int i = 0; i < n; ++i) {
