@@ -66,7 +66,7 @@ bool takes_marker(std::optional<priority_marker> const& known, int priority) {
     return !known || priority > known->priority || (priority == known->priority && known->first.empty());
 }
 
-std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std::string const& session) {
+std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std::string_view session) {
     candidate_info c;
     c.session = session;
     c.since = p.create_index;
@@ -84,29 +84,32 @@ std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std
 registry_view parse_registry(std::string const& key, std::vector<consul::kv_pair> const& pairs, std::uint64_t index) {
     registry_view v;
     v.index = index;
-    auto const prefix = candidates_prefix(key);
-    auto const request = transfer_request_key(key);
-    auto const marker = priority_marker_key(key);
-    auto const seen = registry_seen_key(key);
+    // Classified by the names after the key, without building them: a
+    // release parses the registry on every handover.
     for (auto const& p : pairs) {
-        if (p.key == marker) {
-            v.marker = p;
-        } else if (p.key == seen) {
-            v.seen = p;
-        } else if (p.key == key) {
+        std::string_view const k = p.key;
+        if (!k.starts_with(key)) continue;
+        auto const rest = k.substr(key.size());
+        if (rest.empty()) {
             v.lock = p;
-        } else if (p.key == request) {
+        } else if (rest == transfer_suffix) {
             if (p.flags == transfer_flag_value) v.request = p;
-        } else if (p.key.starts_with(prefix) && p.flags == candidate_flag_value) {
-            std::string const sid = p.key.substr(prefix.size());
-            if (sid.empty() || sid.front() == '.' || sid.find('/') != std::string::npos) continue;
-            // Live while its own session holds it: a session that ended left
-            // it unlocked (behaviour release) or took it along (delete).
-            if (p.session != sid) {
-                v.stale.push_back(p);
-                continue;
+        } else if (rest.starts_with(registry_dir)) {
+            auto const sid = rest.substr(registry_dir.size());
+            if (sid == marker_name) {
+                v.marker = p;
+            } else if (sid == seen_name) {
+                v.seen = p;
+            } else if (p.flags == candidate_flag_value) {
+                if (sid.empty() || sid.front() == '.' || sid.find('/') != std::string_view::npos) continue;
+                // Live while its own session holds it: a session that ended left
+                // it unlocked (behaviour release) or took it along (delete).
+                if (p.session != sid) {
+                    v.stale.push_back(p);
+                    continue;
+                }
+                if (auto c = candidate_from_entry(p, sid)) v.live.push_back(std::move(*c));
             }
-            if (auto c = candidate_from_entry(p, sid)) v.live.push_back(std::move(*c));
         }
     }
     std::stable_sort(v.live.begin(), v.live.end(), ranks_before);

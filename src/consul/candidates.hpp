@@ -31,19 +31,25 @@ namespace tenure::detail {
 inline constexpr std::uint64_t candidate_flag_value = 0x74656e7563616e64ull;  // "tenucand"
 inline constexpr std::uint64_t transfer_flag_value = 0x74656e757472616eull;   // "tenutran"
 
+// The registry's names, after the key: `<key>.candidates/` holds one entry
+// per waiting session and the two below; `<key>.transfer` is a request.
+inline constexpr std::string_view registry_dir = ".candidates/";
+inline constexpr std::string_view marker_name = ".max";
+inline constexpr std::string_view seen_name = ".seen";
+inline constexpr std::string_view transfer_suffix = ".transfer";
+
 // `<key>.candidates/` followed by `name`, built in one allocation.
 inline std::string in_registry(std::string const& key, std::string_view name) {
-    constexpr std::string_view dir = ".candidates/";
     std::string s;
-    s.reserve(key.size() + dir.size() + name.size());
-    s.append(key).append(dir).append(name);
+    s.reserve(key.size() + registry_dir.size() + name.size());
+    s.append(key).append(registry_dir).append(name);
     return s;
 }
 inline std::string candidates_prefix(std::string const& key) { return in_registry(key, {}); }
 inline std::string candidate_key(std::string const& key, std::string const& session) {
     return in_registry(key, session);
 }
-inline std::string transfer_request_key(std::string const& key) { return key + ".transfer"; }
+inline std::string transfer_request_key(std::string const& key) { return key + std::string(transfer_suffix); }
 // The best waiting candidate, by compare-and-set: a registering candidate that
 // ranks before the one named (or finds none named) names itself, and the one
 // named, when it stops waiting (it won, or gave up), names the next from one
@@ -56,7 +62,7 @@ inline std::string transfer_request_key(std::string const& key) { return key + "
 // lock transaction at once, guarded by a check-session of the marker for
 // itself (named_in_marker), and only the one named gets through, with no read
 // first. The others see the guard fail and read the marker as above.
-inline std::string priority_marker_key(std::string const& key) { return in_registry(key, ".max"); }
+inline std::string priority_marker_key(std::string const& key) { return in_registry(key, marker_name); }
 struct priority_marker {
     int priority = 0;
     std::string first;  // its session id; empty in a marker written before there was one
@@ -82,7 +88,7 @@ consul::txn_op named_in_marker(std::string const& key, std::string const& sessio
 // that saw the registry empty at this key's ModifyIndex knows it still is
 // while the index has not moved, and releases with one transaction
 // (check-index + unlock) instead of reading the registry first.
-inline std::string registry_seen_key(std::string const& key) { return in_registry(key, ".seen"); }
+inline std::string registry_seen_key(std::string const& key) { return in_registry(key, seen_name); }
 
 // `nonce` makes each registration's value (so its ModifyIndex) its own.
 std::string encode_candidate(std::string const& name, std::string const& value, int priority, std::uint64_t nonce);
@@ -150,7 +156,7 @@ std::optional<candidate_info> find_candidate(std::vector<candidate_info> const& 
 
 // The candidate an entry of the registry describes (`session` is the id its
 // key ends with); its ranking fields default when the value does not decode.
-std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std::string const& session);
+std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std::string_view session);
 
 // One transaction hands `key` from `holder` to `target`: `guard` (if any)
 // holds, the target still waits (its entry is locked by its session), the

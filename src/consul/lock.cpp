@@ -239,17 +239,25 @@ asio::awaitable<void> consul_lock_scope::unlock_noting_index() {
 }
 
 std::optional<consul_lock_scope::planned_handover> consul_lock_scope::handover_in_snapshot() const {
-    // Looked at in place (peek: no copies); only the marker is kept.
-    auto const marker = hub->peek(priority_marker_key(key));
+    // Looked at in place (peek: no copies); only the marker is kept. The
+    // three names share one buffer: `<key>.candidates/` and each name after it.
+    std::string name = candidates_prefix(key);
+    auto const dir_end = name.size();
+    name.reserve(dir_end + 64);  // a session ID is 36 characters
+    auto const look = [&](std::string_view in_dir) {
+        name.resize(dir_end);
+        name.append(in_dir);
+        return hub->peek(name);
+    };
+    auto const marker = look(marker_name);
     if (!marker || !*marker) return std::nullopt;
     auto const named = decode_priority_marker((*marker)->value);
     if (!named || named->first.empty() || named->first == session->id) return std::nullopt;
-    auto const entry = hub->peek(candidate_key(key, named->first));
+    auto const entry = look(named->first);
     if (!entry || !*entry || (*entry)->session != named->first || (*entry)->flags != candidate_flag_value)
         return std::nullopt;
     auto target = candidate_from_entry(**entry, named->first);
-    auto seen_key = registry_seen_key(key);
-    auto const seen = hub->peek(seen_key);
+    auto const seen = look(seen_name);
     if (!target || !seen) return std::nullopt;
     // Nobody registered or left since the snapshot (every registration and
     // removal moves `.seen`), so the marker's candidate is still the best.

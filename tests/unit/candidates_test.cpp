@@ -84,4 +84,46 @@ BOOST_AUTO_TEST_CASE(a_read_ranks_by_priority_then_by_how_long_each_waited) {
     BOOST_TEST(!td::ranks_before(v.live[2], v.live[1]));
 }
 
+// A read of the key's whole tree (a release's read-back) sorts every name
+// to its place, and leaves out what only looks like the registry.
+BOOST_AUTO_TEST_CASE(a_read_sorts_each_name_of_the_tree) {
+    std::string const key = "jobs/report";
+    auto plain = [](std::string k, std::uint64_t flags, std::uint64_t index) {
+        tenure::consul::kv_pair p;
+        p.key = std::move(k);
+        p.flags = flags;
+        p.modify_index = index;
+        return p;
+    };
+    std::vector<tenure::consul::kv_pair> pairs{
+        plain(key, tenure::consul::lock_flag_value, 11),
+        plain(td::registry_seen_key(key), 0, 12),
+        plain(td::transfer_request_key(key), td::transfer_flag_value, 13),
+        plain(td::priority_marker_key(key), 0, 14),
+        entry(key, "waiter", "waiter", 2, 15),
+        plain(key + "2", tenure::consul::lock_flag_value, 16),                        // another key
+        plain(key + "2.candidates/x", td::candidate_flag_value, 17),                 // its registry
+        plain(td::candidate_key(key, "a/b"), td::candidate_flag_value, 18),          // not a session's name
+        plain(td::candidate_key(key, ".other"), td::candidate_flag_value, 19),       // not a session's name
+    };
+    auto const v = td::parse_registry(key, pairs, 50);
+    BOOST_TEST(v.index == 50u);
+    BOOST_REQUIRE(v.lock);
+    BOOST_TEST(v.lock->modify_index == 11u);
+    BOOST_REQUIRE(v.seen);
+    BOOST_TEST(v.seen->modify_index == 12u);
+    BOOST_REQUIRE(v.request);
+    BOOST_TEST(v.request->modify_index == 13u);
+    BOOST_REQUIRE(v.marker);
+    BOOST_TEST(v.marker->modify_index == 14u);
+    BOOST_REQUIRE(v.live.size() == 1u);
+    BOOST_TEST(v.live.front().session == "waiter");
+    BOOST_TEST(v.live.front().priority == 2);
+    BOOST_TEST(v.stale.empty());
+
+    // A `.transfer` key without the request's flags is no request.
+    pairs[2].flags = 0;
+    BOOST_TEST(!td::parse_registry(key, pairs, 50).request);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
