@@ -8,6 +8,7 @@
 // g++ 12 false positive on Asio's coroutine frame allocator (fixed in g++ 13).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -71,8 +72,12 @@ std::optional<candidate_info> candidate_from_entry(consul::kv_pair const& p, std
     c.session = session;
     c.since = p.create_index;
     if (!p.value) return c;
+    // The parsed document lives only here: no heap for a small one (a
+    // release reads its named candidate's entry on every handover).
+    unsigned char scratch[1024];
+    json::monotonic_resource mr(scratch, sizeof scratch);
     boost::system::error_code ec;
-    auto v = json::parse(*p.value, ec);
+    auto v = json::parse(*p.value, ec, &mr);
     if (ec || !v.is_object()) return c;
     auto const& o = v.as_object();
     if (auto const* n = o.if_contains("Name"); n && n->is_string()) c.name = n->as_string();
